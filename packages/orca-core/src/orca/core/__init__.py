@@ -1,0 +1,23 @@
+"""Orca core: the context, XShards and the shared engine every framework package uses.
+
+>>> from orca.core import init_orca_context, stop_orca_context, OrcaContext  # doctest: +SKIP
+"""
+
+from orca.core.context import (
+    OrcaContext,
+    OrcaSettings,
+    RayRuntime,
+    init_orca_context,
+    stop_orca_context,
+)
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "OrcaContext",
+    "OrcaSettings",
+    "RayRuntime",
+    "init_orca_context",
+    "stop_orca_context",
+    "__version__",
+]

@@ -1,0 +1,363 @@
+"""OrcaContext: owns the Spark session and the Ray runtime Orca runs on.
+
+``init_orca_context()`` with no arguments starts an embedded local Spark bound to
+127.0.0.1; Ray starts lazily the first time something needs it, so Spark-only users never
+pay its start-up. ``stop_orca_context()`` stops both and leaves no process behind; it also
+runs at interpreter exit.
+"""
+
+from __future__ import annotations
+
+import atexit
+import logging
+import os
+import sys
+import threading
+from dataclasses import dataclass, field
+from typing import Any
+
+from orca.core._java import ensure_java
+from orca.core._spark_conf import SPARK_CLUSTER_MODES, build_spark_conf
+
+log = logging.getLogger("orca")
+
+RUNTIMES = ("spark", "ray")
+_lock = threading.RLock()
+_current: OrcaContext | None = None
+
+
+@dataclass
+class OrcaSettings:
+    """Settings kept in one place, per context (printable, plain values).
+
+    Attributes:
+        log_output: forward worker stdout/stderr to the driver.
+        barrier_mode: run Spark training stages in barrier mode (all tasks start together).
+        shard_size: rows per shard when Orca splits data itself (``None``: by partition).
+        worker_timeout_s: upper bound on any wait for a remote worker (rendezvous, a call
+            that returns a result); a stuck worker fails the call after this long.
+        ray_start_timeout_s: upper bound on Ray's start-up.
+    """
+
+    log_output: bool = False
+    barrier_mode: bool = True
+    shard_size: int | None = None
+    worker_timeout_s: float = 600.0
+    ray_start_timeout_s: float = 120.0
+
+
+@dataclass(frozen=True)
+class RayRuntime:
+    """What Orca knows of the Ray runtime it uses.
+
+    Attributes:
+        address: the GCS address (``host:port``) of the Ray cluster.
+        num_nodes: alive Ray nodes.
+        cpus_per_node: CPUs of each alive node, in node order.
+        started_here: True when this process started the local Ray instance.
+    """
+
+    address: str
+    num_nodes: int
+    cpus_per_node: tuple[int, ...]
+    started_here: bool
+
+
+@dataclass
+class OrcaContext:
+    """The running Orca context. Get it from :func:`init_orca_context`.
+
+    The class-level accessors (``OrcaContext.get_spark_session()`` etc.) act on the current
+    context, as in the reference API.
+    """
+
+    cluster_mode: str = "local"
+    runtime: str = "spark"
+    cores: int = 2
+    memory: str = "2g"
+    num_nodes: int = 1
+    init_ray_on_spark: bool = False
+    address: str | None = None
+    conf: dict[str, Any] = field(default_factory=dict)
+    extra: dict[str, Any] = field(default_factory=dict)
+    settings: OrcaSettings = field(default_factory=OrcaSettings)
+    _spark: Any = field(default=None, repr=False)
+    _ray: RayRuntime | None = field(default=None, repr=False)
+    _ray_on_spark: bool = field(default=False, repr=False)
+    _owns_spark: bool = field(default=False, repr=False)
+
+    # ------------------------------------------------------------------ accessors
+    @staticmethod
+    def current() -> OrcaContext:
+        """Return the active context, starting a local one with defaults if there is none."""
+        with _lock:
+            if _current is None:
+                return init_orca_context()
+            return _current
+
+    @staticmethod
+    def active() -> OrcaContext | None:
+        """Return the active context, or ``None`` (never starts one)."""
+        return _current
+
+    @classmethod
+    def get_spark_session(cls) -> Any:
+        """Return the ``SparkSession``, starting Spark if the context has not yet."""
+        return cls.current().spark_session()
+
+    @classmethod
+    def get_spark_context(cls) -> Any:
+        """Return the ``SparkContext`` of the current context."""
+        return cls.current().spark_session().sparkContext
+
+    @classmethod
+    def get_ray_context(cls) -> RayRuntime:
+        """Return the Ray runtime, starting (or attaching to) Ray on first use."""
+        return cls.current().ray_runtime()
+
+    # ------------------------------------------------------------------ spark
+    @property
+    def has_spark(self) -> bool:
+        """True when this context's Spark session is running."""
+        return self._spark is not None
+
+    @property
+    def has_ray(self) -> bool:
+        """True when this context has started or attached to Ray."""
+        return self._ray is not None
+
+    def spark_session(self) -> Any:
+        """Return this context's SparkSession, starting it on first use."""
+        with _lock:
+            if self._spark is None:
+                self._spark = self._start_spark()
+            return self._spark
+
+    def _start_spark(self) -> Any:
+        ensure_java()
+        os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+        os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+        if self.cluster_mode == "local":
+            os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+        from pyspark.sql import SparkSession
+
+        if self.cluster_mode == "spark-submit":
+            active = SparkSession.getActiveSession()
+            if active is None:
+                active = SparkSession.builder.getOrCreate()
+            self._owns_spark = False
+            return active
+        entries = build_spark_conf(
+            self.cluster_mode, self.cores, self.memory, self.num_nodes, self.conf, **self.extra
+        )
+        builder = SparkSession.builder
+        for key, value in entries.items():
+            builder = builder.config(key, value)
+        session = builder.getOrCreate()
+        session.sparkContext.setLogLevel(self.extra.get("spark_log_level", "WARN"))
+        self._owns_spark = True
+        return session
+
+    # ------------------------------------------------------------------ ray
+    def ray_runtime(self) -> RayRuntime:
+        """Return the Ray runtime, starting or attaching to it on first use."""
+        with _lock:
+            if self._ray is None:
+                self._ray = self._start_ray()
+            return self._ray
+
+    def _start_ray(self) -> RayRuntime:
+        embedded = not (self.address or self.init_ray_on_spark)
+        if embedded:
+            # Read by Ray at import: keeps every Ray server of an embedded instance on
+            # 127.0.0.1 instead of the host's public interface.
+            os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
+        import ray
+
+        started_here = False
+        if ray.is_initialized():
+            pass
+        elif self.address:
+            ray.init(address=self.address, log_to_driver=self.settings.log_output)
+        elif self.init_ray_on_spark:
+            # Ray-on-Spark needs token auth off and the interpreter's bin dir on PATH.
+            os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+            _venv_bin_on_path()
+            from ray.util.spark import setup_ray_cluster
+
+            self.spark_session()
+            address, _ = setup_ray_cluster(
+                max_worker_nodes=self.num_nodes,
+                num_cpus_worker_node=self.cores,
+                include_dashboard=False,
+            )
+            self._ray_on_spark = True
+            ray.init(address=address, log_to_driver=self.settings.log_output)
+        else:
+            # An embedded Ray bound to loopback. Token auth guards remote clients; a loopback
+            # instance that Orca's own Spark executors must join runs without it.
+            os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+            _venv_bin_on_path()
+            ray.init(
+                num_cpus=int(self.extra.get("ray_num_cpus", self.cores)),
+                include_dashboard=False,
+                _node_ip_address="127.0.0.1",
+                log_to_driver=self.settings.log_output,
+                object_store_memory=self.extra.get("object_store_memory"),
+                configure_logging=False,
+            )
+            started_here = True
+        nodes = [n for n in ray.nodes() if n.get("Alive")]
+        cpus = tuple(int(n.get("Resources", {}).get("CPU", 0)) for n in nodes)
+        address = ray.get_runtime_context().gcs_address
+        return RayRuntime(address=address, num_nodes=len(nodes), cpus_per_node=cpus, started_here=started_here)
+
+    # ------------------------------------------------------------------ stop
+    def stop(self) -> None:
+        """Stop Ray and Spark if this context started them (attach-only ones are left)."""
+        with _lock:
+            if self._ray is not None:
+                import ray
+
+                try:
+                    ray.shutdown()
+                finally:
+                    if self._ray_on_spark:
+                        from ray.util.spark import shutdown_ray_cluster
+
+                        try:
+                            shutdown_ray_cluster()
+                        except Exception:  # noqa: BLE001 - already gone is fine
+                            log.debug("shutdown_ray_cluster failed", exc_info=True)
+                    self._ray = None
+            if self._spark is not None:
+                session, self._spark = self._spark, None
+                if self._owns_spark:
+                    _stop_spark_and_jvm(session)
+
+
+def _venv_bin_on_path() -> None:
+    """Put this interpreter's bin directory first on PATH (Ray spawns ``python``/``ray`` by name)."""
+    bindir = os.path.dirname(sys.executable)
+    if bindir not in os.environ.get("PATH", "").split(os.pathsep):
+        os.environ["PATH"] = bindir + os.pathsep + os.environ.get("PATH", "")
+
+
+def _stop_spark_and_jvm(session: Any) -> None:
+    """Stop the SparkSession and the JVM pyspark launched, so no java process is left."""
+    from pyspark import SparkContext
+
+    session.stop()
+    gateway = SparkContext._gateway
+    if gateway is None:
+        return
+    proc = getattr(gateway, "proc", None)
+    try:
+        gateway.shutdown()
+    except Exception:  # noqa: BLE001 - the JVM may already be down
+        log.debug("gateway shutdown failed", exc_info=True)
+    if proc is not None:
+        try:
+            proc.stdin.close()
+        except Exception:  # noqa: BLE001
+            pass
+        try:
+            proc.terminate()
+            proc.wait(timeout=20)
+        except Exception:  # noqa: BLE001
+            proc.kill()
+    SparkContext._gateway = None
+    SparkContext._jvm = None
+
+
+def init_orca_context(
+    cluster_mode: str = "local",
+    cores: int = 2,
+    memory: str = "2g",
+    num_nodes: int = 1,
+    runtime: str = "spark",
+    init_ray_on_spark: bool = False,
+    address: str | None = None,
+    conf: dict[str, Any] | None = None,
+    **kwargs: Any,
+) -> OrcaContext:
+    """Start (or return the running) Orca context.
+
+    Args:
+        cluster_mode: ``local`` (embedded Spark ``local[cores]`` on 127.0.0.1), ``standalone``
+            (give ``master="spark://host:port"``), ``yarn-client``, ``k8s-client`` (give
+            ``master`` and ``container_image``) or ``spark-submit`` (attach to the session
+            that spark-submit created).
+        cores: local cores, or cores per executor on a cluster.
+        memory: driver memory locally, executor memory on a cluster (``"2g"``).
+        num_nodes: executors on a cluster.
+        runtime: ``"spark"`` starts Spark now and Ray lazily; ``"ray"`` starts Ray now and
+            Spark lazily.
+        init_ray_on_spark: run Ray inside the Spark cluster (``ray.util.spark``).
+        address: attach to a running Ray cluster at this address (``host:port`` or ``auto``).
+        conf: extra Spark configuration, applied last.
+        **kwargs: mode-specific settings (see ``build_spark_conf``) and any
+            :class:`OrcaSettings` field (``worker_timeout_s=...``, ``log_output=True``).
+
+    Returns:
+        The active :class:`OrcaContext`. A second call returns the same object.
+
+    Raises:
+        ValueError: an unknown ``cluster_mode`` or ``runtime``.
+
+    Example:
+        >>> ctx = init_orca_context(cores=2)          # doctest: +SKIP
+        >>> spark = OrcaContext.get_spark_session()    # doctest: +SKIP
+        >>> stop_orca_context()                        # doctest: +SKIP
+    """
+    global _current
+    with _lock:
+        if _current is not None:
+            return _current
+        if cluster_mode not in SPARK_CLUSTER_MODES:
+            raise ValueError(
+                f"cluster_mode={cluster_mode!r} is not supported; use one of {SPARK_CLUSTER_MODES}."
+            )
+        if runtime not in RUNTIMES:
+            raise ValueError(f"runtime={runtime!r} is not supported; use 'spark' or 'ray'.")
+        settings = OrcaSettings()
+        for name in list(kwargs):
+            if name in OrcaSettings.__dataclass_fields__:
+                setattr(settings, name, kwargs.pop(name))
+        if cluster_mode != "local":
+            build_spark_conf(cluster_mode, cores, memory, num_nodes, conf, **kwargs)  # validate now
+        ctx = OrcaContext(
+            cluster_mode=cluster_mode,
+            runtime=runtime,
+            cores=cores,
+            memory=memory,
+            num_nodes=num_nodes,
+            init_ray_on_spark=init_ray_on_spark,
+            address=address,
+            conf=dict(conf or {}),
+            extra=kwargs,
+            settings=settings,
+        )
+        _current = ctx
+        try:
+            if runtime == "spark" or init_ray_on_spark:
+                ctx.spark_session()
+            if runtime == "ray" or init_ray_on_spark:
+                ctx.ray_runtime()
+        except BaseException:
+            _current = None
+            ctx.stop()
+            raise
+        return ctx
+
+
+def stop_orca_context() -> None:
+    """Stop the active context's Ray and Spark; a no-op when none is running."""
+    global _current
+    with _lock:
+        ctx, _current = _current, None
+    if ctx is not None:
+        ctx.stop()
+
+
+atexit.register(stop_orca_context)

@@ -1,0 +1,1 @@
+pytest_plugins = ["orca.core.testing.fixtures"]
