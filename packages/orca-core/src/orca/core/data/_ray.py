@@ -1,0 +1,321 @@
+"""RayXShards: one Ray object per shard; and moving shards between Spark and Ray.
+
+Spark -> Ray never passes data through the driver: each Spark task joins the running Ray
+cluster and hands its shards to a long-lived *holder* actor that ``ray.put``s and keeps them
+(so the objects outlive the Spark Python worker); only the refs travel back. There is one holder per
+Ray session, killed when this interpreter exits or when its Orca context goes away.
+"""
+
+from __future__ import annotations
+
+import atexit
+import functools
+import os
+import threading
+import uuid
+import weakref
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING, Any
+
+from orca.core.data import _structure as st
+from orca.core.data.shards import XShards
+
+if TYPE_CHECKING:
+    from orca.core.data._local import LocalXShards
+    from orca.core.data._spark import SparkXShards
+
+HOLDER_NAMESPACE = "orca"
+_holder_lock = threading.Lock()
+_holder: dict[str, Any] = {}  # gcs address -> {"name", "handle"}
+
+
+def ensure_ray() -> Any:
+    """Return the ``ray`` module, connected through the active Orca context (or a new one)."""
+    from orca.core.context import OrcaContext, init_orca_context
+
+    ctx = OrcaContext.active()
+    if ctx is None:
+        import ray
+
+        if not ray.is_initialized():
+            init_orca_context(runtime="ray").ray_runtime()
+    else:
+        ctx.ray_runtime()
+    import ray
+
+    return ray
+
+
+@functools.cache
+def _remote_cached(fn: Callable[..., Any]) -> Any:
+    import ray
+
+    return ray.remote(num_cpus=1, max_retries=0)(fn)
+
+
+def remote(fn: Callable[..., Any]) -> Any:
+    """``ray.remote`` version of a module-level function (cached)."""
+    ensure_ray()
+    return _remote_cached(fn)
+
+
+def _apply(shard: Any, fn: Callable[..., Any], *args: Any) -> Any:
+    return fn(shard, *args)
+
+
+def _assemble(plan: list[tuple[int, int]], *sources: Any) -> Any:
+    return st.concat_rows([st.slice_rows(s, a, b) for s, (a, b) in zip(sources, plan, strict=True)])
+
+
+def _pair(a: Any, b: Any) -> tuple[Any, Any]:
+    return (a, b)
+
+
+def _write(shard: Any, path: str, index: int) -> int:
+    from orca.core.data._files import write_partition
+
+    return write_partition(path, index, [shard])
+
+
+class RayXShards(XShards):
+    """Shards held in Ray's object store, one ObjectRef per shard (and per partition).
+
+    Attributes:
+        refs: the ObjectRefs, in partition order.
+    """
+
+    def __init__(self, refs: list[Any]) -> None:
+        self.refs = list(refs)
+
+    def transform_shard(self, fn: Callable[..., Any], *args: Any) -> RayXShards:
+        """Apply ``fn(shard, *args)`` to every shard in Ray tasks (asynchronously)."""
+        task = remote(_apply)
+        return RayXShards([task.remote(ref, fn, *args) for ref in self.refs])
+
+    def collect(self) -> list[Any]:
+        """Fetch every shard (``ray.get``)."""
+        return ensure_ray().get(self.refs)
+
+    def num_partitions(self) -> int:
+        """The number of refs."""
+        return len(self.refs)
+
+    def num_rows_per_partition(self) -> list[int]:
+        """Rows in each shard, counted in Ray tasks."""
+        task = remote(st.num_rows)
+        return ensure_ray().get([task.remote(ref) for ref in self.refs])
+
+    def repartition(self, num_partitions: int) -> RayXShards:
+        """Re-split into balanced row ranges; each target is assembled in its own Ray task.
+
+        Raises:
+            ValueError: ``num_partitions`` < 1, or shards that cannot be split by rows and do
+                not already number ``num_partitions``.
+        """
+        n = int(num_partitions)
+        if n < 1:
+            raise ValueError(f"num_partitions must be >= 1; got {num_partitions!r}.")
+        if not self.refs:
+            return RayXShards([])
+        kind = self._first_map(st.shard_kind)
+        if kind not in st.SPLITTABLE_KINDS:
+            if n == len(self.refs):
+                return RayXShards(self.refs)
+            raise ValueError(
+                f"cannot repartition {len(self.refs)} Ray shards of kind {kind!r} into {n}: a Ray "
+                "partition holds exactly one shard and these cannot be split by rows."
+            )
+        plan = st.plan_repartition(self.num_rows_per_partition(), n)
+        task = remote(_assemble)
+        return RayXShards(
+            [task.remote([(a, b) for _, a, b in pieces], *[self.refs[i] for i, _, _ in pieces]) for pieces in plan]
+        )
+
+    def zip(self, other: XShards) -> RayXShards:
+        """Pair each shard with the matching shard of ``other`` (in Ray tasks)."""
+        self._check_zip(other)
+        task = remote(_pair)
+        theirs = other.to_ray().refs
+        return RayXShards([task.remote(a, b) for a, b in zip(self.refs, theirs, strict=True)])
+
+    def cache(self) -> RayXShards:
+        """No-op: objects stay in the object store while referenced."""
+        return self
+
+    def uncache(self) -> RayXShards:
+        """No-op (drop this XShards to free its objects)."""
+        return self
+
+    def to_local(self) -> LocalXShards:
+        """Fetch every shard into this process."""
+        from orca.core.data._local import LocalXShards
+
+        return LocalXShards(self.collect())
+
+    def to_ray(self) -> RayXShards:
+        """Return ``self``."""
+        return self
+
+    def to_spark(self) -> SparkXShards:
+        """Move shards into an RDD: each Spark task fetches its shard from Ray itself."""
+        import ray.cloudpickle as rpickle
+        from orca.core.data._spark import SparkXShards, spark_context
+
+        address = _ray_address()
+        blobs = [rpickle.dumps(ref) for ref in self.refs]
+        rdd = spark_context().parallelize(blobs, max(1, len(blobs)))
+        return SparkXShards(rdd.mapPartitions(lambda it: _fetch_in_spark_task(address, it)))
+
+    def _first_map(self, fn: Callable[[Any], Any]) -> Any:
+        if not self.refs:
+            raise IndexError("empty XShards")
+        return ensure_ray().get(remote(_apply).remote(self.refs[0], fn))
+
+    def _write_shards(self, path: str) -> None:
+        task = remote(_write)
+        ensure_ray().get([task.remote(ref, path, i) for i, ref in enumerate(self.refs)])
+
+
+# ---------------------------------------------------------------------- Spark <-> Ray
+def _ray_address() -> str:
+    from orca.core.context import OrcaContext
+
+    ensure_ray()
+    ctx = OrcaContext.active()
+    if ctx is not None:
+        return ctx.ray_runtime().address
+    import ray
+
+    return ray.get_runtime_context().gcs_address
+
+
+def _connect_ray_in_task(address: str) -> Any:
+    """Join the Ray cluster at ``address`` from a Spark Python worker (once per worker)."""
+    # Orca's embedded Ray runs without token auth; the worker was forked before Ray started,
+    # so it does not inherit that setting.
+    os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+    import ray
+
+    if ray.is_initialized():
+        if ray.get_runtime_context().gcs_address == address:
+            return ray
+        ray.shutdown()
+    host = address.rsplit(":", 1)[0]
+    kwargs: dict[str, Any] = {}
+    if host in ("127.0.0.1", "localhost"):
+        kwargs["_node_ip_address"] = "127.0.0.1"
+    ray.init(
+        address=address,
+        namespace=HOLDER_NAMESPACE,
+        log_to_driver=False,
+        configure_logging=False,
+        **kwargs,
+    )
+    return ray
+
+
+def _put_in_spark_task(address: str, holder_name: str, it: Iterator[Any]) -> Iterator[bytes]:
+    import ray.cloudpickle as rpickle
+
+    ray = _connect_ray_in_task(address)
+    holder = ray.get_actor(holder_name, namespace=HOLDER_NAMESPACE)
+    pending = [holder.adopt.remote(shard) for shard in it]
+    for nested in ray.get(pending):
+        yield rpickle.dumps(nested[0])
+
+
+def _fetch_in_spark_task(address: str, it: Iterator[bytes]) -> Iterator[Any]:
+    import ray.cloudpickle as rpickle
+
+    ray = _connect_ray_in_task(address)
+    for blob in it:
+        yield ray.get(rpickle.loads(blob))
+
+
+class _ShardHolder:
+    """Owns objects sent by short-lived Spark workers, so they live as long as this actor.
+
+    (``ray.put(..., _owner=)`` is gone since Ray 2.56, so the holder puts them itself.)
+    """
+
+    def __init__(self) -> None:
+        self._kept: list[Any] = []
+
+    def ping(self) -> bool:
+        return True
+
+    def adopt(self, shard: Any) -> list[Any]:
+        import ray
+
+        ref = ray.put(shard)
+        self._kept.append(ref)
+        return [ref]  # nested, so the caller borrows the holder's object instead of copying it
+
+
+def holder_name() -> str:
+    """The name of this Ray session's holder actor, starting the actor on first use."""
+    ray = ensure_ray()
+    address = _ray_address()
+    with _holder_lock:
+        entry = _holder.get(address)
+        if entry is not None:
+            try:
+                ray.get(entry["handle"].ping.remote(), timeout=30)
+                return entry["name"]
+            except Exception:  # noqa: BLE001 - a dead holder (Ray restarted): make a new one
+                _holder.pop(address, None)
+        name = f"orca-shard-holder-{uuid.uuid4().hex[:12]}"
+        actor_cls = ray.remote(num_cpus=0, max_restarts=0)(_ShardHolder)
+        handle = actor_cls.options(name=name, namespace=HOLDER_NAMESPACE).remote()
+        ray.get(handle.ping.remote(), timeout=60)
+        _holder[address] = {"name": name, "handle": handle}
+        _register_cleanup()
+        return name
+
+
+def release_holder() -> None:
+    """Kill the holder actor(s) this process started, freeing the shards they own."""
+    with _holder_lock:
+        entries = list(_holder.values())
+        _holder.clear()
+    try:
+        import ray
+
+        if not ray.is_initialized():
+            return
+        for entry in entries:
+            try:
+                ray.kill(entry["handle"])
+            except Exception:  # noqa: BLE001 - already gone with its Ray session
+                pass
+    except ImportError:
+        return
+
+
+_cleanup_registered: list[bool] = []
+
+
+def _register_cleanup() -> None:
+    """Kill the holder when the Orca context is collected or the interpreter exits.
+
+    Ray also kills it when this driver disconnects (``stop_orca_context`` shuts Ray down),
+    since the holder is not detached.
+    """
+    from orca.core.context import OrcaContext
+
+    ctx = OrcaContext.active()
+    if ctx is not None:
+        weakref.finalize(ctx, release_holder)
+    if not _cleanup_registered:
+        atexit.register(release_holder)
+        _cleanup_registered.append(True)
+
+
+def spark_rdd_to_ray(rdd: Any) -> RayXShards:
+    """Put each element of ``rdd`` into Ray from its Spark task; return the refs, in order."""
+    import ray.cloudpickle as rpickle
+
+    name = holder_name()
+    address = _ray_address()
+    blobs = rdd.mapPartitions(lambda it: _put_in_spark_task(address, name, it)).collect()
+    return RayXShards([rpickle.loads(b) for b in blobs])
