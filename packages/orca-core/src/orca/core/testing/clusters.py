@@ -1,0 +1,575 @@
+"""Real multi-process clusters on 127.0.0.1 for tests, and helpers to check what is left.
+
+Two context managers start a real cluster from the installed engines and take it down,
+process by process, on exit:
+
+- :func:`spark_standalone_cluster` starts a Spark standalone master and one worker with
+  pyspark's own ``bin/spark-class`` and yields a :class:`SparkStandaloneCluster`.
+- :func:`ray_cluster` starts a Ray head and a second Ray node with ``ray start`` and yields a
+  :class:`RayCluster`.
+
+Other engineers and other test runs may run their own Spark and Ray on the same machine, so
+nothing here stops processes by name (no ``ray stop``, no ``pkill java``): each cluster kills
+exactly the process trees it started, plus any process whose command line names its private
+temporary directory.
+
+Tests that need an Orca context of their own (a cluster attach, an ``atexit`` check) run
+their driver in a fresh interpreter with :func:`run_python`, so they never disturb the
+session-wide context of the ``orca_context`` fixture.
+
+Example (a framework package's test)::
+
+    from orca.core.testing.clusters import run_python, spark_standalone_cluster
+
+    def test_fit_on_standalone():
+        with spark_standalone_cluster(cores=2, memory="1g") as cluster:
+            out = run_python(DRIVER_CODE, env={"ORCA_MASTER": cluster.master_url})
+        assert out["loss"] < 1.0
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from collections.abc import Iterable, Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from orca.core._java import ensure_java
+from orca.core._net import find_free_port
+
+HOST = "127.0.0.1"
+
+# ----------------------------------------------------------------------------- processes
+
+
+def _stat(pid: int) -> tuple[str, int] | None:
+    """Return (state, ppid) of ``pid`` from /proc, or None when it does not exist."""
+    try:
+        text = Path(f"/proc/{pid}/stat").read_text()
+    except (FileNotFoundError, ProcessLookupError, PermissionError):
+        return None
+    # The command name is in parentheses and may contain spaces: split after the last ')'.
+    fields = text[text.rfind(")") + 2 :].split()
+    return fields[0], int(fields[1])
+
+
+def pid_alive(pid: int) -> bool:
+    """True when ``pid`` exists and is not a zombie (an exited, not yet reaped process)."""
+    stat = _stat(pid)
+    return stat is not None and stat[0] not in ("Z", "X")
+
+
+def process_tree(pid: int) -> list[int]:
+    """Return ``pid`` and all of its live descendants (Linux ``/proc``), parents first.
+
+    Args:
+        pid: the root process.
+
+    Returns:
+        The PIDs of the tree; empty when ``pid`` is gone.
+    """
+    children: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            stat = _stat(int(entry))
+            if stat is not None and stat[0] not in ("Z", "X"):
+                children.setdefault(stat[1], []).append(int(entry))
+    if not pid_alive(pid):
+        return []
+    out, todo = [], [pid]
+    while todo:
+        current = todo.pop(0)
+        out.append(current)
+        todo.extend(children.get(current, []))
+    return out
+
+
+def processes_mentioning(text: str) -> list[int]:
+    """Return live PIDs whose command line contains ``text`` (e.g. a private temp dir)."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit() or int(entry) == os.getpid():
+            continue
+        try:
+            cmdline = Path(f"/proc/{entry}/cmdline").read_bytes().replace(b"\0", b" ")
+        except OSError:
+            continue
+        if text.encode() in cmdline and pid_alive(int(entry)):
+            found.append(int(entry))
+    return found
+
+
+def process_name(pid: int) -> str:
+    """The short command name of ``pid`` (``java``, ``raylet``, ``gcs_server``), or ``""``."""
+    try:
+        return Path(f"/proc/{pid}/comm").read_text().strip()
+    except OSError:
+        return ""
+
+
+def kill_pids(pids: Iterable[int], grace_s: float = 5.0) -> list[int]:
+    """Send SIGTERM to ``pids``, then SIGKILL to those still alive after ``grace_s``.
+
+    Args:
+        pids: processes to end (only ones the caller started or identified as its own).
+        grace_s: seconds to wait between SIGTERM and SIGKILL.
+
+    Returns:
+        The PIDs that were still alive after SIGKILL (normally empty).
+    """
+    pids = [p for p in dict.fromkeys(pids) if pid_alive(p)]
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        for pid in pids:
+            try:
+                os.kill(pid, sig)
+            except (ProcessLookupError, PermissionError):
+                pass
+        deadline = time.monotonic() + grace_s
+        while time.monotonic() < deadline:
+            pids = [p for p in pids if pid_alive(p)]
+            if not pids:
+                return []
+            time.sleep(0.1)
+    return [p for p in pids if pid_alive(p)]
+
+
+def _tail(path: Path, n: int = 2000) -> str:
+    try:
+        return path.read_text(errors="replace")[-n:]
+    except OSError:
+        return ""
+
+
+def _reap(procs: Iterable[subprocess.Popen[bytes]]) -> None:
+    for proc in procs:
+        try:
+            proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+
+
+# ----------------------------------------------------------------------------- spark
+
+
+@dataclass
+class SparkStandaloneCluster:
+    """A running Spark standalone cluster started by :func:`spark_standalone_cluster`.
+
+    Attributes:
+        master_url: ``spark://127.0.0.1:<port>``, to pass as ``master=`` to
+            ``init_orca_context(cluster_mode="standalone", ...)``.
+        webui_url: the master's web UI; ``<webui_url>/json/`` describes workers and apps.
+        cores: cores the worker offers.
+        memory: memory the worker offers (``"1g"``).
+        workdir: the private temporary directory (logs, executor work dirs).
+        processes: the ``spark-class`` processes (master first, then the worker).
+    """
+
+    master_url: str
+    webui_url: str
+    cores: int
+    memory: str
+    workdir: Path
+    processes: list[subprocess.Popen[bytes]] = field(default_factory=list, repr=False)
+
+    def state(self) -> dict[str, Any]:
+        """Return the master's JSON state (workers, alive workers, active and completed apps)."""
+        with urllib.request.urlopen(f"{self.webui_url}/json/", timeout=5) as resp:
+            return dict(json.loads(resp.read().decode()))
+
+    def pids(self) -> list[int]:
+        """All live processes of this cluster: master, worker, executors and their Python workers."""
+        out: list[int] = []
+        for proc in self.processes:
+            out.extend(process_tree(proc.pid))
+        out.extend(processes_mentioning(str(self.workdir)))
+        return list(dict.fromkeys(out))
+
+
+def pyspark_home() -> Path:
+    """The Spark distribution inside the installed pyspark wheel (holds ``bin/spark-class``)."""
+    import pyspark
+
+    return Path(pyspark.__file__).resolve().parent
+
+
+def _spark_env(workdir: Path) -> dict[str, str]:
+    ensure_java()
+    env = dict(os.environ)
+    env.update(
+        {
+            "SPARK_HOME": str(pyspark_home()),
+            "SPARK_LOCAL_IP": HOST,
+            "SPARK_LOCAL_HOSTNAME": HOST,
+            "SPARK_CONF_DIR": str(workdir / "conf"),
+            "SPARK_LOG_DIR": str(workdir / "logs"),
+            "SPARK_WORKER_DIR": str(workdir / "work"),
+            "PYSPARK_PYTHON": sys.executable,
+        }
+    )
+    return env
+
+
+@contextmanager
+def spark_standalone_cluster(
+    cores: int = 2, memory: str = "1g", *, timeout_s: float = 120.0
+) -> Iterator[SparkStandaloneCluster]:
+    """Start a Spark standalone master and one worker on 127.0.0.1; kill both on exit.
+
+    Every port is a free one (master RPC and web UI; the worker's are ephemeral) and the
+    master's REST submission server (port 6066 by default) is off, so several clusters can
+    run on one machine.
+
+    Args:
+        cores: cores the worker offers.
+        memory: memory the worker offers, e.g. ``"1g"``.
+        timeout_s: how long to wait for the worker to register with the master.
+
+    Yields:
+        The running :class:`SparkStandaloneCluster`.
+
+    Raises:
+        RuntimeError: a process died or the worker did not register within ``timeout_s``
+            (the message carries the end of both logs).
+
+    Example:
+        >>> with spark_standalone_cluster(cores=2) as cluster:   # doctest: +SKIP
+        ...     init_orca_context(cluster_mode="standalone", master=cluster.master_url)
+    """
+    workdir = Path(tempfile.mkdtemp(prefix="orca-spark-"))
+    for sub in ("conf", "logs", "work"):
+        (workdir / sub).mkdir()
+    props = workdir / "conf" / "spark-defaults.conf"
+    props.write_text(
+        "spark.master.rest.enabled false\n"
+        "spark.worker.cleanup.enabled false\n"
+        f"spark.driver.host {HOST}\n"
+    )
+    env = _spark_env(workdir)
+    spark_class = str(pyspark_home() / "bin" / "spark-class")
+    port, webui_port = find_free_port(HOST), find_free_port(HOST)
+    cluster = SparkStandaloneCluster(
+        master_url=f"spark://{HOST}:{port}",
+        webui_url=f"http://{HOST}:{webui_port}",
+        cores=cores,
+        memory=memory,
+        workdir=workdir,
+    )
+    commands = [
+        ("master", [spark_class, "org.apache.spark.deploy.master.Master",
+                    "--host", HOST, "--port", str(port), "--webui-port", str(webui_port),
+                    "--properties-file", str(props)]),
+        ("worker", [spark_class, "org.apache.spark.deploy.worker.Worker", cluster.master_url,
+                    "--host", HOST, "--cores", str(cores), "--memory", memory,
+                    "--webui-port", "0", "--work-dir", str(workdir / "work"),
+                    "--properties-file", str(props)]),
+    ]
+    logs = [workdir / "logs" / f"{name}.log" for name, _ in commands]
+    try:
+        for (_, cmd), log_path in zip(commands, logs, strict=True):
+            with open(log_path, "wb") as log_file:
+                cluster.processes.append(
+                    subprocess.Popen(
+                        cmd, env=env, cwd=workdir, stdin=subprocess.DEVNULL,
+                        stdout=log_file, stderr=subprocess.STDOUT, start_new_session=True,
+                    )
+                )
+        _wait_for_spark_worker(cluster, logs, timeout_s)
+        yield cluster
+    finally:
+        kill_pids(cluster.pids())
+        _reap(cluster.processes)
+        shutil.rmtree(workdir, ignore_errors=True)
+
+
+def _wait_for_spark_worker(
+    cluster: SparkStandaloneCluster, logs: list[Path], timeout_s: float
+) -> None:
+    deadline = time.monotonic() + timeout_s
+    last_error: Exception | None = None
+    while time.monotonic() < deadline:
+        for proc, log_path in zip(cluster.processes, logs, strict=False):
+            if proc.poll() is not None:
+                raise RuntimeError(
+                    f"Spark standalone process exited with {proc.returncode} "
+                    f"({' '.join(map(str, proc.args[1:3]))}):\n{_tail(log_path)}"
+                )
+        try:
+            state = cluster.state()
+            alive = [w for w in state.get("workers", []) if w.get("state") == "ALIVE"]
+            if alive and alive[0].get("cores") == cluster.cores:
+                return
+        except OSError as exc:  # the master UI is not up yet
+            last_error = exc
+        time.sleep(0.5)
+    raise RuntimeError(
+        f"no Spark worker registered with {cluster.master_url} within {timeout_s}s "
+        f"(last error: {last_error}).\nmaster log:\n{_tail(logs[0])}\nworker log:\n{_tail(logs[1])}"
+    )
+
+
+# ----------------------------------------------------------------------------- ray
+
+
+@dataclass
+class RayCluster:
+    """A running two-node Ray cluster started by :func:`ray_cluster`.
+
+    Attributes:
+        address: the GCS address ``127.0.0.1:<port>``, to pass as ``address=`` to
+            ``init_orca_context(runtime="ray", ...)``.
+        temp_dir: the cluster's private ``--temp-dir`` (sessions, logs, sockets).
+        num_cpus: CPUs of the head and of the second node.
+        env: the environment a driver attaching to this cluster should use.
+        processes: the ``ray start --block`` processes (head first).
+    """
+
+    address: str
+    temp_dir: Path
+    num_cpus: tuple[int, int]
+    env: dict[str, str] = field(default_factory=dict, repr=False)
+    processes: list[subprocess.Popen[bytes]] = field(default_factory=list, repr=False)
+
+    def pids(self) -> list[int]:
+        """All live processes of this cluster (GCS, raylets, agents, workers)."""
+        out: list[int] = []
+        for proc in self.processes:
+            out.extend(process_tree(proc.pid))
+        for pid in processes_mentioning(str(self.temp_dir)):
+            out.extend(process_tree(pid))
+        return list(dict.fromkeys(out))
+
+
+def ray_env(temp_dir: Path | None = None) -> dict[str, str]:
+    """The environment for Ray processes and drivers of a loopback test cluster.
+
+    Token auth is off (a loopback cluster that Spark executors may join);
+    ``RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0`` keeps every Ray server on 127.0.0.1 (with ``1``
+    GCS, raylets and agents listen on all interfaces); this interpreter's ``bin`` comes first
+    on ``PATH`` because Ray spawns ``python`` by name.
+    """
+    env = dict(os.environ)
+    bindir = os.path.dirname(sys.executable)
+    env.update(
+        {
+            "RAY_AUTH_MODE": "disabled",
+            "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0",
+            "RAY_USAGE_STATS_ENABLED": "0",
+            "PATH": bindir + os.pathsep + env.get("PATH", ""),
+        }
+    )
+    if temp_dir is not None:
+        env["RAY_TMPDIR"] = str(temp_dir)
+        # Ray's autoscaler and dashboard metrics servers default to fixed ports.
+        env["AUTOSCALER_METRIC_PORT"] = str(find_free_port(HOST))
+        env["DASHBOARD_METRIC_PORT"] = str(find_free_port(HOST))
+    return env
+
+
+@contextmanager
+def ray_cluster(
+    num_cpus_head: int = 1,
+    num_cpus_worker: int = 1,
+    *,
+    object_store_mb: int = 128,
+    timeout_s: float = 120.0,
+) -> Iterator[RayCluster]:
+    """Start a Ray head and a second Ray node on 127.0.0.1; kill both on exit.
+
+    Each node is a ``ray start --block`` process with its own free ports and a private
+    ``--temp-dir``, so it never clashes with another Ray on the machine. On exit the
+    processes of this cluster are killed by PID (``ray stop`` would stop every Ray on the
+    machine).
+
+    Args:
+        num_cpus_head: CPUs the head node offers.
+        num_cpus_worker: CPUs the second node offers.
+        object_store_mb: object store size of each node in MiB (Ray's minimum is 75).
+        timeout_s: how long to wait for both nodes to be alive.
+
+    Yields:
+        The running :class:`RayCluster`.
+
+    Raises:
+        RuntimeError: a node died or the two nodes were not alive within ``timeout_s``.
+    """
+    temp_dir = Path(tempfile.mkdtemp(prefix="orca-ray-"))
+    env = ray_env(temp_dir)
+    ray_bin = os.path.join(os.path.dirname(sys.executable), "ray")
+    # `ray start --address` refuses to add a node while RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0
+    # (the setting that keeps Ray on loopback); lift that CLI check for our second node only.
+    join_cmd = [sys.executable, "-c", _RAY_START_MULTINODE]
+    port = find_free_port(HOST)
+    address = f"{HOST}:{port}"
+    cluster = RayCluster(
+        address=address, temp_dir=temp_dir, num_cpus=(num_cpus_head, num_cpus_worker), env=env
+    )
+
+    def node_args(num_cpus: int) -> list[str]:
+        # Every port Ray would otherwise take at a fixed default gets a free one.
+        return [
+            "--node-ip-address", HOST,
+            "--num-cpus", str(num_cpus),
+            "--object-store-memory", str(object_store_mb * 1024 * 1024),
+            "--temp-dir", str(temp_dir),
+            "--dashboard-agent-listen-port", str(find_free_port(HOST)),
+            "--metrics-export-port", str(find_free_port(HOST)),
+            "--disable-usage-stats",
+            "--block",
+        ]
+
+    commands = [
+        ("head", [ray_bin, "start", "--head", "--port", str(port), "--include-dashboard=false",
+                  "--dashboard-port", str(find_free_port(HOST)),
+                  "--ray-client-server-port", str(find_free_port(HOST)),
+                  *node_args(num_cpus_head)]),
+        ("node", [*join_cmd, "start", "--address", address, *node_args(num_cpus_worker)]),
+    ]
+    logs = [temp_dir / f"{name}.log" for name, _ in commands]
+    try:
+        for (name, cmd), log_path in zip(commands, logs, strict=True):
+            with open(log_path, "wb") as log_file:
+                cluster.processes.append(
+                    subprocess.Popen(
+                        cmd, env=env, cwd=temp_dir, stdin=subprocess.DEVNULL,
+                        stdout=log_file, stderr=subprocess.STDOUT, start_new_session=True,
+                    )
+                )
+            if name == "head":
+                _wait_for_ray_nodes(cluster, 1, logs, timeout_s)
+        _wait_for_ray_nodes(cluster, 2, logs, timeout_s)
+        yield cluster
+    finally:
+        kill_pids(cluster.pids())
+        _reap(cluster.processes)
+        shutil.rmtree(temp_dir, ignore_errors=True)
+
+
+_RAY_START_MULTINODE = """
+import sys
+import ray._private.ray_constants as constants
+import ray._private.services as services
+constants.ENABLE_RAY_CLUSTER = True
+services.resolve_ip_for_localhost = lambda host: host  # keep 127.0.0.1 as given
+from ray.scripts.scripts import main
+sys.argv[0] = "ray"
+sys.exit(main())
+"""
+
+_COUNT_NODES = """
+import json, sys, time
+import ray
+ray.init(address=sys.argv[1], log_to_driver=False, configure_logging=False)
+deadline = time.monotonic() + float(sys.argv[3])
+while True:
+    alive = [n for n in ray.nodes() if n["Alive"]]
+    if len(alive) >= int(sys.argv[2]) or time.monotonic() > deadline:
+        break
+    time.sleep(0.5)
+print(json.dumps(len(alive)))
+ray.shutdown()
+"""
+
+
+def _wait_for_ray_nodes(
+    cluster: RayCluster, count: int, logs: list[Path], timeout_s: float
+) -> None:
+    deadline = time.monotonic() + timeout_s
+    # Wait for the GCS port before connecting: ray.init on a closed port retries for long.
+    while not _port_open(HOST, int(cluster.address.rsplit(":", 1)[1])):
+        _check_alive(cluster, logs)
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"Ray head did not open {cluster.address} in {timeout_s}s:\n"
+                               f"{_tail(logs[0])}")
+        time.sleep(0.5)
+    if count == 1:
+        return
+    remaining = max(5.0, deadline - time.monotonic())
+    try:
+        out = subprocess.run(
+            [sys.executable, "-c", _COUNT_NODES, cluster.address, str(count), str(remaining)],
+            env=cluster.env, capture_output=True, text=True, timeout=remaining + 60,
+        )
+    except subprocess.TimeoutExpired as exc:
+        raise RuntimeError(f"Ray cluster at {cluster.address} did not answer: {exc}") from exc
+    _check_alive(cluster, logs)
+    lines = out.stdout.strip().splitlines()
+    alive = int(lines[-1]) if out.returncode == 0 and lines else 0
+    if alive < count:
+        raise RuntimeError(
+            f"{alive} of {count} Ray nodes alive at {cluster.address} after {timeout_s}s.\n"
+            f"driver: {out.stderr[-2000:]}\n"
+            + "\n".join(f"{p.name}:\n{_tail(p)}" for p in logs)
+        )
+
+
+def _check_alive(cluster: RayCluster, logs: list[Path]) -> None:
+    for proc, log_path in zip(cluster.processes, logs, strict=False):
+        if proc.poll() is not None:
+            raise RuntimeError(
+                f"'ray start' exited with {proc.returncode}:\n{_tail(log_path)}"
+            )
+
+
+def _port_open(host: str, port: int) -> bool:
+    import socket
+
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.settimeout(1.0)
+        return sock.connect_ex((host, port)) == 0
+
+
+# ----------------------------------------------------------------------------- drivers
+
+
+def run_python(
+    code: str,
+    *,
+    env: Mapping[str, str] | None = None,
+    timeout_s: float = 300.0,
+) -> Any:
+    """Run ``code`` in a fresh interpreter and return the JSON its last stdout line holds.
+
+    Use it for a driver that needs an Orca context of its own (a cluster attach, an exit
+    without ``stop_orca_context``) while the test session holds the shared local context.
+
+    Args:
+        code: Python source; it must ``print(json.dumps(result))`` as its last output line.
+        env: extra environment variables for the child (on top of ``os.environ``, with
+            ``SPARK_LOCAL_IP=127.0.0.1`` and ``PYSPARK_PYTHON`` set to this interpreter).
+        timeout_s: the child is killed after this long.
+
+    Returns:
+        The decoded JSON value of the child's last stdout line.
+
+    Raises:
+        AssertionError: the child failed or printed no JSON (its stderr is in the message).
+        subprocess.TimeoutExpired: the child ran longer than ``timeout_s``.
+    """
+    child_env = dict(os.environ)
+    child_env.update({"SPARK_LOCAL_IP": HOST, "PYSPARK_PYTHON": sys.executable})
+    child_env.update(env or {})
+    proc = subprocess.run(
+        [sys.executable, "-c", code],
+        env=child_env, capture_output=True, text=True, timeout=timeout_s,
+    )
+    lines = [line for line in proc.stdout.splitlines() if line.strip()]
+    if proc.returncode != 0 or not lines:
+        raise AssertionError(
+            f"driver exited with {proc.returncode}\nstdout:\n{proc.stdout[-3000:]}\n"
+            f"stderr:\n{proc.stderr[-6000:]}"
+        )
+    try:
+        return json.loads(lines[-1])
+    except json.JSONDecodeError as exc:
+        raise AssertionError(f"driver printed no JSON last line: {lines[-1]!r}") from exc
