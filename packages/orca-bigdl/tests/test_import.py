@@ -23,6 +23,16 @@ def test_bigdl_dllib_imports_with_its_jars():
     assert glob.glob(os.path.join(site, "bigdl", "share", "core", "lib", "*.jar")), site
 
 
+def test_pandas_and_pyarrow_work_with_this_numpy():
+    # pyarrow 26 needs numpy 2 at import time and does not declare it: orca-bigdl pins pyarrow<26.
+    import numpy as np
+    import pandas as pd
+    import pyarrow as pa
+
+    frame = pd.DataFrame({"x": np.arange(4, dtype=np.float32)})
+    assert pa.Table.from_pandas(frame).to_pandas().equals(frame)
+
+
 def test_orca_bigdl_imports_as_part_of_the_orca_namespace():
     import orca
     import orca.bigdl

@@ -15,6 +15,16 @@ def test_mxnet_imports_and_computes_with_numpy_1_23():
     assert mx.nd.array([1.0, 2.0, 3.0]).sum().asscalar() == 6.0
 
 
+def test_pandas_and_pyarrow_work_with_this_numpy():
+    # pyarrow 26 needs numpy 2 at import time and does not declare it: orca-mxnet pins pyarrow<26.
+    import numpy as np
+    import pandas as pd
+    import pyarrow as pa
+
+    frame = pd.DataFrame({"x": np.arange(4, dtype=np.float32)})
+    assert pa.Table.from_pandas(frame).to_pandas().equals(frame)
+
+
 def test_orca_mxnet_imports_as_part_of_the_orca_namespace():
     import orca
     import orca.core

