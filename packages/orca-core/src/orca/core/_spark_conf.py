@@ -7,6 +7,20 @@ import sys
 from typing import Any
 
 SPARK_CLUSTER_MODES = ("local", "standalone", "yarn-client", "k8s-client", "spark-submit")
+# The mode-specific keyword arguments build_spark_conf reads.
+SPARK_OPTIONS = frozenset(
+    {
+        "app_name",
+        "master",
+        "driver_cores",
+        "driver_memory",
+        "container_image",
+        "extra_python_lib",
+        "penv_archive",
+        "driver_host",
+        "namespace",
+    }
+)
 
 
 def _memory(value: str | int) -> str:

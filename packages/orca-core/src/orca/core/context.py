@@ -11,17 +11,22 @@ from __future__ import annotations
 import atexit
 import logging
 import os
+import shutil
 import sys
+import tempfile
 import threading
 from dataclasses import dataclass, field
 from typing import Any
 
 from orca.core._java import ensure_java
-from orca.core._spark_conf import SPARK_CLUSTER_MODES, build_spark_conf
+from orca.core._net import find_free_port
+from orca.core._spark_conf import SPARK_CLUSTER_MODES, SPARK_OPTIONS, build_spark_conf
 
 log = logging.getLogger("orca")
 
 RUNTIMES = ("spark", "ray")
+# Keyword arguments init_orca_context understands besides the OrcaSettings fields.
+CONTEXT_OPTIONS = frozenset({"spark_log_level", "ray_num_cpus", "object_store_memory"})
 _lock = threading.RLock()
 _current: OrcaContext | None = None
 
@@ -84,6 +89,8 @@ class OrcaContext:
     _spark: Any = field(default=None, repr=False)
     _ray: RayRuntime | None = field(default=None, repr=False)
     _ray_on_spark: bool = field(default=False, repr=False)
+    _ray_connected_here: bool = field(default=False, repr=False)
+    _ray_temp_dir: str | None = field(default=None, repr=False)
     _owns_spark: bool = field(default=False, repr=False)
 
     # ------------------------------------------------------------------ accessors
@@ -148,15 +155,34 @@ class OrcaContext:
             self._owns_spark = False
             return active
         entries = build_spark_conf(
-            self.cluster_mode, self.cores, self.memory, self.num_nodes, self.conf, **self.extra
+            self.cluster_mode, self.cores, self.memory, self.num_nodes, self.conf, **self._spark_options()
         )
+        had_jvm = _gateway_process() is not None
         builder = SparkSession.builder
         for key, value in entries.items():
             builder = builder.config(key, value)
-        session = builder.getOrCreate()
-        session.sparkContext.setLogLevel(self.extra.get("spark_log_level", "WARN"))
+        try:
+            session = builder.getOrCreate()
+            session.sparkContext.setLogLevel(self.extra.get("spark_log_level", "WARN"))
+        except Exception as exc:
+            # Read the JVM's message while the JVM is up: a py4j error cannot print itself
+            # once its JVM is gone. Then end the JVM launched for a session that failed.
+            message = _error_text(exc)
+            if not had_jvm:
+                _stop_jvm()
+            raise RuntimeError(
+                f"Spark did not start (cluster_mode={self.cluster_mode!r}, "
+                f"master={entries.get('spark.master')!r}): {message}"
+            ) from exc
+        except BaseException:
+            if not had_jvm:
+                _stop_jvm()
+            raise
         self._owns_spark = True
         return session
+
+    def _spark_options(self) -> dict[str, Any]:
+        return {k: v for k, v in self.extra.items() if k in SPARK_OPTIONS}
 
     # ------------------------------------------------------------------ ray
     def ray_runtime(self) -> RayRuntime:
@@ -176,9 +202,11 @@ class OrcaContext:
 
         started_here = False
         if ray.is_initialized():
+            # Someone else connected this process to Ray: use it, and leave it to them.
             pass
         elif self.address:
             ray.init(address=self.address, log_to_driver=self.settings.log_output)
+            self._ray_connected_here = True
         elif self.init_ray_on_spark:
             # Ray-on-Spark needs token auth off and the interpreter's bin dir on PATH.
             os.environ.setdefault("RAY_AUTH_MODE", "disabled")
@@ -193,15 +221,23 @@ class OrcaContext:
             )
             self._ray_on_spark = True
             ray.init(address=address, log_to_driver=self.settings.log_output)
+            self._ray_connected_here = True
         else:
             # An embedded Ray bound to loopback. Token auth guards remote clients; a loopback
             # instance that Orca's own Spark executors must join runs without it.
             os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+            # Ray's metrics servers default to fixed ports that another Ray on this machine
+            # may hold; a private temp dir keeps sessions, sockets and logs apart.
+            os.environ.setdefault("AUTOSCALER_METRIC_PORT", str(find_free_port()))
+            os.environ.setdefault("DASHBOARD_METRIC_PORT", str(find_free_port()))
             _venv_bin_on_path()
+            self._ray_temp_dir = tempfile.mkdtemp(prefix="orca-ray-")
+            self._ray_connected_here = True
             ray.init(
                 num_cpus=int(self.extra.get("ray_num_cpus", self.cores)),
                 include_dashboard=False,
                 _node_ip_address="127.0.0.1",
+                _temp_dir=self._ray_temp_dir,
                 log_to_driver=self.settings.log_output,
                 object_store_memory=self.extra.get("object_store_memory"),
                 configure_logging=False,
@@ -214,26 +250,49 @@ class OrcaContext:
 
     # ------------------------------------------------------------------ stop
     def stop(self) -> None:
-        """Stop Ray and Spark if this context started them (attach-only ones are left)."""
+        """Stop what this context started: its Ray (or its connection to Ray) and its Spark.
+
+        A Spark session that ``spark-submit`` created and a Ray that was connected before
+        this context are left running. Errors while stopping one engine do not keep the
+        other running; the first one is re-raised at the end.
+        """
+        errors: list[BaseException] = []
         with _lock:
-            if self._ray is not None:
-                import ray
-
+            if self._ray is not None or self._ray_connected_here:
                 try:
-                    ray.shutdown()
-                finally:
-                    if self._ray_on_spark:
-                        from ray.util.spark import shutdown_ray_cluster
-
-                        try:
-                            shutdown_ray_cluster()
-                        except Exception:  # noqa: BLE001 - already gone is fine
-                            log.debug("shutdown_ray_cluster failed", exc_info=True)
-                    self._ray = None
+                    self._stop_ray()
+                except Exception as exc:  # noqa: BLE001 - stop Spark anyway, re-raise below
+                    errors.append(exc)
             if self._spark is not None:
                 session, self._spark = self._spark, None
                 if self._owns_spark:
-                    _stop_spark_and_jvm(session)
+                    try:
+                        _stop_spark_and_jvm(session)
+                    except Exception as exc:  # noqa: BLE001
+                        errors.append(exc)
+        if errors:
+            raise errors[0]
+
+    def _stop_ray(self) -> None:
+        import ray
+
+        try:
+            if self._ray_connected_here:
+                ray.shutdown()
+        finally:
+            if self._ray_on_spark:
+                from ray.util.spark import shutdown_ray_cluster
+
+                try:
+                    shutdown_ray_cluster()
+                except Exception:  # noqa: BLE001 - already gone is fine
+                    log.debug("shutdown_ray_cluster failed", exc_info=True)
+            self._ray = None
+            self._ray_connected_here = False
+            self._ray_on_spark = False
+            if self._ray_temp_dir:
+                shutil.rmtree(self._ray_temp_dir, ignore_errors=True)
+                self._ray_temp_dir = None
 
 
 def _venv_bin_on_path() -> None:
@@ -243,11 +302,40 @@ def _venv_bin_on_path() -> None:
         os.environ["PATH"] = bindir + os.pathsep + os.environ.get("PATH", "")
 
 
-def _stop_spark_and_jvm(session: Any) -> None:
-    """Stop the SparkSession and the JVM pyspark launched, so no java process is left."""
+def _error_text(exc: BaseException) -> str:
+    """A one-line description of ``exc``; for a JVM error, the Java exception's own text."""
+    java = getattr(exc, "java_exception", None)
+    if java is not None:
+        try:
+            return str(java.toString())
+        except Exception:  # noqa: BLE001 - fall back to the Python side
+            pass
+    try:
+        return f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+    except Exception:  # noqa: BLE001
+        return type(exc).__name__
+
+
+def _gateway_process() -> Any:
+    """The JVM process pyspark launched for this interpreter, or ``None``."""
     from pyspark import SparkContext
 
-    session.stop()
+    gateway = SparkContext._gateway
+    return getattr(gateway, "proc", None) if gateway is not None else None
+
+
+def _stop_spark_and_jvm(session: Any) -> None:
+    """Stop the SparkSession and the JVM pyspark launched, so no java process is left."""
+    try:
+        session.stop()
+    finally:
+        _stop_jvm()
+
+
+def _stop_jvm() -> None:
+    """Shut down pyspark's py4j gateway and end the JVM it launched (if it launched one)."""
+    from pyspark import SparkContext
+
     gateway = SparkContext._gateway
     if gateway is None:
         return
@@ -257,15 +345,20 @@ def _stop_spark_and_jvm(session: Any) -> None:
     except Exception:  # noqa: BLE001 - the JVM may already be down
         log.debug("gateway shutdown failed", exc_info=True)
     if proc is not None:
+        # The gateway JVM exits when its stdin closes; terminate and kill are the fallbacks.
         try:
             proc.stdin.close()
         except Exception:  # noqa: BLE001
             pass
         try:
-            proc.terminate()
-            proc.wait(timeout=20)
+            proc.wait(timeout=10)
         except Exception:  # noqa: BLE001
-            proc.kill()
+            proc.terminate()
+            try:
+                proc.wait(timeout=10)
+            except Exception:  # noqa: BLE001
+                proc.kill()
+                proc.wait(timeout=10)
     SparkContext._gateway = None
     SparkContext._jvm = None
 
@@ -300,10 +393,14 @@ def init_orca_context(
             :class:`OrcaSettings` field (``worker_timeout_s=...``, ``log_output=True``).
 
     Returns:
-        The active :class:`OrcaContext`. A second call returns the same object.
+        The active :class:`OrcaContext`. A second call returns the same object (with a
+        warning when it asks for another mode, runtime or address).
 
     Raises:
-        ValueError: an unknown ``cluster_mode`` or ``runtime``.
+        ValueError: an unknown ``cluster_mode`` or ``runtime``, or a mode without what it
+            needs (``standalone`` without ``master``, ``k8s-client`` without
+            ``container_image``); checked before anything starts.
+        TypeError: an unknown keyword argument.
 
     Example:
         >>> ctx = init_orca_context(cores=2)          # doctest: +SKIP
@@ -311,21 +408,19 @@ def init_orca_context(
         >>> stop_orca_context()                        # doctest: +SKIP
     """
     global _current
+    settings, extra = _validate(cluster_mode, cores, memory, num_nodes, runtime, conf, kwargs)
     with _lock:
         if _current is not None:
+            asked = {"cluster_mode": cluster_mode, "runtime": runtime, "address": address}
+            differs = {k: v for k, v in asked.items() if getattr(_current, k) != v}
+            if differs:
+                log.warning(
+                    "init_orca_context(%s) returns the running context (%s); call "
+                    "stop_orca_context() first to start a different one.",
+                    ", ".join(f"{k}={v!r}" for k, v in differs.items()),
+                    ", ".join(f"{k}={getattr(_current, k)!r}" for k in differs),
+                )
             return _current
-        if cluster_mode not in SPARK_CLUSTER_MODES:
-            raise ValueError(
-                f"cluster_mode={cluster_mode!r} is not supported; use one of {SPARK_CLUSTER_MODES}."
-            )
-        if runtime not in RUNTIMES:
-            raise ValueError(f"runtime={runtime!r} is not supported; use 'spark' or 'ray'.")
-        settings = OrcaSettings()
-        for name in list(kwargs):
-            if name in OrcaSettings.__dataclass_fields__:
-                setattr(settings, name, kwargs.pop(name))
-        if cluster_mode != "local":
-            build_spark_conf(cluster_mode, cores, memory, num_nodes, conf, **kwargs)  # validate now
         ctx = OrcaContext(
             cluster_mode=cluster_mode,
             runtime=runtime,
@@ -335,7 +430,7 @@ def init_orca_context(
             init_ray_on_spark=init_ray_on_spark,
             address=address,
             conf=dict(conf or {}),
-            extra=kwargs,
+            extra=extra,
             settings=settings,
         )
         _current = ctx
@@ -345,10 +440,50 @@ def init_orca_context(
             if runtime == "ray" or init_ray_on_spark:
                 ctx.ray_runtime()
         except BaseException:
+            # Leave nothing behind: stop whatever part did start, then report the failure.
             _current = None
-            ctx.stop()
+            try:
+                ctx.stop()
+            except Exception:  # noqa: BLE001 - the start error is the one to show
+                log.debug("cleanup after a failed start failed", exc_info=True)
             raise
         return ctx
+
+
+def _validate(
+    cluster_mode: str,
+    cores: int,
+    memory: str,
+    num_nodes: int,
+    runtime: str,
+    conf: dict[str, Any] | None,
+    kwargs: dict[str, Any],
+) -> tuple[OrcaSettings, dict[str, Any]]:
+    """Check every argument before anything starts; split settings from mode options."""
+    if cluster_mode not in SPARK_CLUSTER_MODES:
+        raise ValueError(
+            f"cluster_mode={cluster_mode!r} is not supported; use one of {SPARK_CLUSTER_MODES}."
+        )
+    if runtime not in RUNTIMES:
+        raise ValueError(f"runtime={runtime!r} is not supported; use one of {RUNTIMES}.")
+    settings = OrcaSettings()
+    extra: dict[str, Any] = {}
+    setting_names = set(OrcaSettings.__dataclass_fields__)
+    for name, value in kwargs.items():
+        if name in setting_names:
+            setattr(settings, name, value)
+        elif name in SPARK_OPTIONS or name in CONTEXT_OPTIONS:
+            extra[name] = value
+        else:
+            known = sorted(setting_names | SPARK_OPTIONS | CONTEXT_OPTIONS)
+            raise TypeError(f"init_orca_context() got an unknown argument {name!r}; accepted: {known}.")
+    if settings.worker_timeout_s <= 0:
+        raise ValueError(f"worker_timeout_s must be > 0, got {settings.worker_timeout_s!r}.")
+    if settings.shard_size is not None and settings.shard_size < 1:
+        raise ValueError(f"shard_size must be >= 1 or None, got {settings.shard_size!r}.")
+    spark_options = {k: v for k, v in extra.items() if k in SPARK_OPTIONS}
+    build_spark_conf(cluster_mode, cores, memory, num_nodes, conf, **spark_options)
+    return settings, extra
 
 
 def stop_orca_context() -> None:

@@ -1,4 +1,19 @@
-"""pytest fixtures: one real local Orca context (Spark ``local[2]`` + lazy Ray) per session."""
+"""pytest fixtures shared by every Orca package.
+
+- ``orca_context``: one real local Orca context (Spark ``local[2]`` now, Ray on first use)
+  for the whole test session; ``spark`` and ``ray_runtime`` hand out its engines.
+- ``spark_standalone_master``: the master URL of a real Spark standalone cluster (master and
+  one 2-core worker on 127.0.0.1), started once per session on first use.
+- ``ray_cluster_address``: the address of a real two-node Ray cluster on 127.0.0.1, started
+  once per session on first use; ``ray_cluster_env`` is the environment a driver attaching to
+  it needs.
+
+Only one Orca context can be active in a process and the session shares ``orca_context``, so
+a test that attaches to a cluster runs its driver in a fresh interpreter with
+:func:`orca.core.testing.clusters.run_python`.
+
+Enable them with ``pytest_plugins = ["orca.core.testing.fixtures"]`` in a ``conftest.py``.
+"""
 
 from __future__ import annotations
 
@@ -6,8 +21,8 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-
 from orca.core.context import OrcaContext, init_orca_context, stop_orca_context
+from orca.core.testing.clusters import RayCluster, ray_cluster, spark_standalone_cluster
 
 
 @pytest.fixture(scope="session")
@@ -28,3 +43,29 @@ def spark(orca_context: OrcaContext) -> Any:
 def ray_runtime(orca_context: OrcaContext) -> Any:
     """The Ray runtime of the shared local context (started on first use)."""
     return orca_context.ray_runtime()
+
+
+@pytest.fixture(scope="session")
+def spark_standalone_master() -> Iterator[str]:
+    """``spark://127.0.0.1:<port>`` of a standalone master with one 2-core, 1 GiB worker."""
+    with spark_standalone_cluster(cores=2, memory="1g") as cluster:
+        yield cluster.master_url
+
+
+@pytest.fixture(scope="session")
+def ray_cluster_handle() -> Iterator[RayCluster]:
+    """A two-node Ray cluster (1 CPU per node) on 127.0.0.1, as a :class:`RayCluster`."""
+    with ray_cluster(num_cpus_head=1, num_cpus_worker=1) as cluster:
+        yield cluster
+
+
+@pytest.fixture(scope="session")
+def ray_cluster_address(ray_cluster_handle: RayCluster) -> str:
+    """``127.0.0.1:<port>``: the GCS address of the two-node Ray cluster."""
+    return ray_cluster_handle.address
+
+
+@pytest.fixture(scope="session")
+def ray_cluster_env(ray_cluster_handle: RayCluster) -> dict[str, str]:
+    """Environment variables a driver attaching to the two-node Ray cluster should run with."""
+    return dict(ray_cluster_handle.env)

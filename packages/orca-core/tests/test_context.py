@@ -1,0 +1,301 @@
+"""OrcaContext: local Spark on loopback, lazy Ray, one context, nothing left behind, conf per mode.
+
+Tests that need a context of their own (lazy start, stop, exit without stop, a failed start)
+run their driver in a fresh interpreter (``run_python``), so they never touch the session's
+shared ``orca_context``; each such driver runs once per module and several tests read its
+report.
+"""
+
+from __future__ import annotations
+
+import sys
+import textwrap
+import time
+from typing import Any
+
+import pytest
+from orca.core import OrcaContext, OrcaSettings, init_orca_context
+from orca.core._spark_conf import build_spark_conf
+from orca.core.testing.clusters import pid_alive, process_name, run_python
+
+# Shared by the drivers below: this process's own engine processes, by name.
+_OUR_PROCESSES = """
+import json, os, sys, time
+from orca.core import OrcaContext, init_orca_context, stop_orca_context
+from orca.core.testing.clusters import process_name, process_tree, processes_mentioning
+
+def ours(ctx):
+    pids = process_tree(os.getpid())[1:]
+    if ctx is not None and ctx._ray_temp_dir:
+        for pid in processes_mentioning(ctx._ray_temp_dir):
+            pids += process_tree(pid)
+    return {str(p): process_name(p) for p in dict.fromkeys(pids)}
+
+def names(pids):
+    return sorted(set(pids.values()))
+"""
+
+ENGINES = {"java", "raylet", "gcs_server"}
+
+
+def _driver(body: str) -> str:
+    return _OUR_PROCESSES + textwrap.dedent(body)
+
+
+# ----------------------------------------------------------------------------- in-process
+
+
+@pytest.mark.timeout(120)
+def test_local_spark_runs_a_job_on_local_2_bound_to_loopback(orca_context: OrcaContext) -> None:
+    sc = orca_context.spark_session().sparkContext
+    assert sc.master == "local[2]"
+    assert sc.getConf().get("spark.driver.host") == "127.0.0.1"
+    assert sc.getConf().get("spark.driver.bindAddress") == "127.0.0.1"
+    assert sc.getConf().get("spark.pyspark.python") == sys.executable
+    assert sc.parallelize(range(1000), 4).map(lambda x: x * 2).sum() == 999000
+
+
+@pytest.mark.timeout(60)
+def test_init_twice_returns_the_same_context(orca_context: OrcaContext) -> None:
+    assert init_orca_context() is orca_context
+    assert init_orca_context(cluster_mode="local", cores=2) is orca_context
+    assert OrcaContext.active() is orca_context
+    assert OrcaContext.get_spark_session() is orca_context.spark_session()
+
+
+@pytest.mark.timeout(60)
+def test_init_with_other_runtime_warns_and_returns_the_running_context(
+    orca_context: OrcaContext, caplog: pytest.LogCaptureFixture
+) -> None:
+    with caplog.at_level("WARNING", logger="orca"):
+        assert init_orca_context(runtime="ray") is orca_context
+    assert "runtime='ray'" in caplog.text
+
+
+@pytest.mark.timeout(60)
+def test_settings_live_on_the_context_not_on_the_class(orca_context: OrcaContext) -> None:
+    assert isinstance(orca_context.settings, OrcaSettings)
+    assert orca_context.settings.worker_timeout_s == 180.0
+    a, b = OrcaSettings(), OrcaSettings()
+    a.shard_size = 7
+    assert b.shard_size is None
+    assert OrcaSettings().worker_timeout_s == 600.0
+
+
+# ----------------------------------------------------------------------------- bad arguments
+
+
+@pytest.mark.timeout(30)
+@pytest.mark.parametrize(
+    ("kwargs", "error", "message"),
+    [
+        ({"cluster_mode": "mesos"}, ValueError, "cluster_mode='mesos'"),
+        ({"runtime": "dask"}, ValueError, "runtime='dask'"),
+        ({"cluster_mode": "standalone"}, ValueError, "master='spark://host:port'"),
+        ({"cluster_mode": "standalone", "master": "local[2]"}, ValueError, "got 'local[2]'"),
+        (
+            {"cluster_mode": "k8s-client", "master": "k8s://https://127.0.0.1:6443"},
+            ValueError,
+            "container_image",
+        ),
+        ({"cluster_mode": "k8s-client", "container_image": "orca:1"}, ValueError, "k8s://"),
+        ({"memory": "lots"}, ValueError, "memory='lots'"),
+        ({"cores": 0}, ValueError, "cores=0"),
+        ({"worker_timeout_s": 0}, ValueError, "worker_timeout_s"),
+        ({"workers_timeout": 5}, TypeError, "'workers_timeout'"),
+    ],
+)
+def test_bad_arguments_fail_fast_before_anything_starts(
+    kwargs: dict[str, Any], error: type[Exception], message: str
+) -> None:
+    before = OrcaContext.active()
+    start = time.monotonic()
+    with pytest.raises(error) as info:
+        init_orca_context(**kwargs)
+    assert message in str(info.value)
+    assert time.monotonic() - start < 2.0
+    assert OrcaContext.active() is before
+
+
+# ----------------------------------------------------------------------------- conf per mode
+
+
+def test_local_conf_binds_driver_to_loopback_with_this_interpreter() -> None:
+    conf = build_spark_conf("local", 3, "1g", 1)
+    assert conf["spark.master"] == "local[3]"
+    assert conf["spark.driver.host"] == "127.0.0.1"
+    assert conf["spark.driver.bindAddress"] == "127.0.0.1"
+    assert conf["spark.driver.memory"] == "1g"
+    assert conf["spark.pyspark.driver.python"] == sys.executable
+    assert conf["spark.ui.enabled"] == "false"
+
+
+def test_standalone_conf_sizes_executors_from_cores_memory_and_num_nodes() -> None:
+    conf = build_spark_conf("standalone", 2, "3g", 4, master="spark://10.0.0.1:7077")
+    assert conf["spark.master"] == "spark://10.0.0.1:7077"
+    assert conf["spark.executor.cores"] == "2"
+    assert conf["spark.executor.memory"] == "3g"
+    assert conf["spark.executor.instances"] == "4"
+    assert conf["spark.cores.max"] == "8"
+    assert conf["spark.driver.memory"] == "2g"
+
+
+def test_yarn_client_conf_ships_the_packed_python_env() -> None:
+    conf = build_spark_conf(
+        "yarn-client", 4, "8g", 3, penv_archive="hdfs:///envs/orca.tar.gz", driver_memory="4g"
+    )
+    assert conf["spark.master"] == "yarn"
+    assert conf["spark.submit.deployMode"] == "client"
+    assert conf["spark.executor.instances"] == "3"
+    assert conf["spark.executor.cores"] == "4"
+    assert conf["spark.executor.memory"] == "8g"
+    assert conf["spark.driver.memory"] == "4g"
+    assert conf["spark.yarn.dist.archives"] == "hdfs:///envs/orca.tar.gz#orca_python_env"
+    assert conf["spark.pyspark.python"] == "orca_python_env/bin/python"
+    assert conf["spark.executorEnv.PYSPARK_PYTHON"] == "orca_python_env/bin/python"
+
+
+def test_k8s_client_conf_names_master_image_and_namespace() -> None:
+    conf = build_spark_conf(
+        "k8s-client",
+        2,
+        "2g",
+        5,
+        master="k8s://https://10.0.0.1:6443",
+        container_image="registry/orca:0.1",
+        namespace="ml",
+        driver_host="10.0.0.9",
+    )
+    assert conf["spark.master"] == "k8s://https://10.0.0.1:6443"
+    assert conf["spark.submit.deployMode"] == "client"
+    assert conf["spark.kubernetes.container.image"] == "registry/orca:0.1"
+    assert conf["spark.kubernetes.namespace"] == "ml"
+    assert conf["spark.executor.instances"] == "5"
+    assert conf["spark.driver.host"] == "10.0.0.9"
+
+
+def test_spark_submit_conf_adds_nothing_and_user_conf_wins() -> None:
+    assert build_spark_conf("spark-submit", 1, "1g", 1) == {}
+    conf = build_spark_conf("local", 2, "1g", 1, conf={"spark.ui.enabled": "true", "spark.x": 1})
+    assert conf["spark.ui.enabled"] == "true"
+    assert conf["spark.x"] == "1"
+
+
+# ----------------------------------------------------------------------------- own drivers
+
+SPARK_RUNTIME_DRIVER = _driver(
+    """
+    report = {}
+    ctx = init_orca_context(cores=2, memory="1g")
+    report["ray_imported_after_init"] = "ray" in sys.modules
+    report["after_init"] = names(ours(ctx))
+    report["has_ray_after_init"] = ctx.has_ray
+    runtime = ctx.ray_runtime()
+    report["ray_nodes"] = runtime.num_nodes
+    report["ray_address"] = runtime.address
+    running = ours(ctx)
+    report["running"] = running
+    stop_orca_context()
+    deadline = time.monotonic() + 10
+    from orca.core.testing.clusters import pid_alive
+    while time.monotonic() < deadline and any(pid_alive(int(p)) for p in running):
+        time.sleep(0.2)
+    report["left"] = {p: n for p, n in running.items() if pid_alive(int(p))}
+    report["active_after_stop"] = OrcaContext.active() is not None
+    print(json.dumps(report))
+    """
+)
+
+
+@pytest.fixture(scope="module")
+def spark_runtime_report() -> dict[str, Any]:
+    """One driver: init (Spark), then ask for Ray, then stop; what it saw at each step."""
+    return dict(run_python(SPARK_RUNTIME_DRIVER, timeout_s=240))
+
+
+@pytest.mark.timeout(300)
+def test_spark_runtime_does_not_start_ray_until_asked(spark_runtime_report: dict[str, Any]) -> None:
+    assert spark_runtime_report["ray_imported_after_init"] is False
+    assert spark_runtime_report["has_ray_after_init"] is False
+    assert "java" in spark_runtime_report["after_init"]
+    assert not {"raylet", "gcs_server"} & set(spark_runtime_report["after_init"])
+
+
+@pytest.mark.timeout(300)
+def test_ray_started_on_demand_is_a_loopback_single_node(spark_runtime_report: dict[str, Any]) -> None:
+    assert spark_runtime_report["ray_nodes"] == 1
+    assert spark_runtime_report["ray_address"].startswith("127.0.0.1:")
+    assert {"java", "raylet", "gcs_server"} <= set(spark_runtime_report["running"].values())
+
+
+@pytest.mark.timeout(300)
+def test_stop_leaves_no_java_raylet_or_gcs_server_of_ours(spark_runtime_report: dict[str, Any]) -> None:
+    assert spark_runtime_report["left"] == {}
+    assert spark_runtime_report["active_after_stop"] is False
+
+
+RAY_RUNTIME_EXIT_DRIVER = _driver(
+    """
+    report = {}
+    ctx = init_orca_context(runtime="ray", cores=2, memory="1g")
+    report["has_spark_after_init"] = ctx.has_spark
+    report["has_ray_after_init"] = ctx.has_ray
+    report["after_init"] = names(ours(ctx))
+    total = ctx.spark_session().sparkContext.parallelize(range(10), 2).sum()
+    report["spark_sum"] = total
+    report["running"] = ours(ctx)
+    print(json.dumps(report), flush=True)
+    # exit without stop_orca_context(): the atexit hook must clean up
+    """
+)
+
+
+@pytest.fixture(scope="module")
+def ray_runtime_exit_report() -> dict[str, Any]:
+    """One driver: init (Ray), then ask for Spark, then exit without stopping."""
+    report = dict(run_python(RAY_RUNTIME_EXIT_DRIVER, timeout_s=240))
+    deadline = time.monotonic() + 15
+    running = {int(p): n for p, n in report["running"].items()}
+    while time.monotonic() < deadline and any(pid_alive(p) for p in running):
+        time.sleep(0.2)
+    report["left"] = {p: process_name(p) for p in running if pid_alive(p)}
+    return report
+
+
+@pytest.mark.timeout(300)
+def test_ray_runtime_starts_ray_now_and_spark_lazily(ray_runtime_exit_report: dict[str, Any]) -> None:
+    assert ray_runtime_exit_report["has_ray_after_init"] is True
+    assert ray_runtime_exit_report["has_spark_after_init"] is False
+    assert {"raylet", "gcs_server"} <= set(ray_runtime_exit_report["after_init"])
+    assert "java" not in ray_runtime_exit_report["after_init"]
+    assert ray_runtime_exit_report["spark_sum"] == 45
+    assert ENGINES <= set(ray_runtime_exit_report["running"].values())
+
+
+@pytest.mark.timeout(300)
+def test_exit_without_stop_leaves_no_process_behind(ray_runtime_exit_report: dict[str, Any]) -> None:
+    assert ray_runtime_exit_report["left"] == {}
+
+
+FAILED_START_DRIVER = _driver(
+    """
+    report = {}
+    try:
+        init_orca_context(cores=2, conf={"spark.task.cpus": "3"})
+    except Exception as exc:
+        report["error"] = type(exc).__name__ + ": " + str(exc)[:300]
+    report["active"] = OrcaContext.active() is not None
+    time.sleep(1)
+    report["left"] = ours(None)
+    print(json.dumps(report))
+    """
+)
+
+
+@pytest.mark.timeout(300)
+def test_context_that_fails_to_start_leaves_nothing_behind() -> None:
+    report = run_python(FAILED_START_DRIVER, timeout_s=240)
+    assert report["error"].startswith("RuntimeError: Spark did not start")
+    assert "cpus per task = 3" in report["error"]
+    assert report["active"] is False
+    assert not ENGINES & set(report["left"].values())
