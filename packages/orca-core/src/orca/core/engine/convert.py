@@ -1,0 +1,144 @@
+"""Turn what a worker receives (Arrow batches, XShards shards) into numpy parts.
+
+A *part* is ``{"x": [arrays], "y": [arrays]}``: one array per model input and per target,
+all with the same number of rows. These functions run on Spark executors and Ray workers,
+so they import nothing heavier than numpy, pandas and pyarrow.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+
+Part = dict[str, list[np.ndarray]]
+
+
+def arrow_column_to_numpy(col: pa.Array | pa.ChunkedArray, name: str) -> np.ndarray:
+    """Convert one Arrow column of scalars or (nested) fixed-length lists to an ndarray.
+
+    Raises:
+        ValueError: list rows of different lengths, or nulls.
+    """
+    if isinstance(col, pa.ChunkedArray):
+        col = col.combine_chunks() if col.num_chunks != 1 else col.chunk(0)
+    if col.null_count:
+        raise ValueError(
+            f"column {name!r} has {col.null_count} null value(s); drop or fill them first "
+            f"(df.na.drop(subset=[{name!r}]) or df.na.fill(...))."
+        )
+    shape = [len(col)]
+    arr = col
+    while pa.types.is_list(arr.type) or pa.types.is_large_list(arr.type) or pa.types.is_fixed_size_list(arr.type):
+        if pa.types.is_fixed_size_list(arr.type):
+            width = arr.type.list_size
+        else:
+            offsets = np.asarray(arr.offsets)
+            lengths = np.diff(offsets)
+            if len(lengths) and (lengths != lengths[0]).any():
+                raise ValueError(
+                    f"column {name!r} holds arrays of different lengths "
+                    f"({int(lengths.min())}..{int(lengths.max())}); every row must have the same shape."
+                )
+            width = int(lengths[0]) if len(lengths) else 0
+            if len(arr) and offsets[0] != 0:
+                arr = arr.slice(0)  # normalise offsets
+        shape.append(width)
+        arr = arr.flatten()
+        if arr.null_count:
+            raise ValueError(f"column {name!r} has null elements inside its arrays.")
+    if pa.types.is_string(arr.type) or pa.types.is_large_string(arr.type):
+        values = np.asarray(arr.to_pylist(), dtype=object)
+    else:
+        values = arr.to_numpy(zero_copy_only=False)
+    return values.reshape(shape)
+
+
+def table_to_part(
+    table: pa.Table | pa.RecordBatch, feature_cols: Sequence[str], label_cols: Sequence[str]
+) -> Part:
+    """Convert Arrow data with the named columns into a part."""
+    return {
+        "x": [arrow_column_to_numpy(table.column(c), c) for c in feature_cols],
+        "y": [arrow_column_to_numpy(table.column(c), c) for c in label_cols],
+    }
+
+
+def _as_list(value: Any) -> list[np.ndarray]:
+    if isinstance(value, (list, tuple)):
+        return [np.asarray(v) for v in value]
+    return [np.asarray(value)]
+
+
+def _frame_column(frame: pd.DataFrame, name: str) -> np.ndarray:
+    series = frame[name]
+    if series.dtype == object and len(series) and isinstance(series.iloc[0], (list, tuple, np.ndarray)):
+        return np.stack([np.asarray(v) for v in series])
+    return series.to_numpy()
+
+
+def shard_to_part(
+    shard: Any, feature_cols: Sequence[str] | None, label_cols: Sequence[str] | None
+) -> Part:
+    """Convert one XShards shard (a ``{"x", "y"}`` dict or a pandas DataFrame) into a part.
+
+    Raises:
+        KeyError: a named column or the ``"x"`` key is missing.
+        TypeError: a shard of an unsupported type.
+    """
+    if isinstance(shard, pd.DataFrame):
+        if not feature_cols:
+            raise ValueError("XShards of pandas DataFrames need feature_cols (and label_cols to train).")
+        missing = [c for c in list(feature_cols) + list(label_cols or []) if c not in shard.columns]
+        if missing:
+            raise KeyError(f"columns {missing} not found in the shard; it has {list(shard.columns)}.")
+        return {
+            "x": [_frame_column(shard, c) for c in feature_cols],
+            "y": [_frame_column(shard, c) for c in (label_cols or [])],
+        }
+    if isinstance(shard, dict):
+        if "x" not in shard:
+            raise KeyError(f"an XShards shard must hold an 'x' key (and 'y' to train); it has {list(shard)}.")
+        return {"x": _as_list(shard["x"]), "y": _as_list(shard["y"]) if "y" in shard else []}
+    raise TypeError(
+        f"XShards shards must be dicts {{'x': ..., 'y': ...}} or pandas DataFrames, not {type(shard).__name__}."
+    )
+
+
+def part_rows(part: Part) -> int:
+    """Rows in a part (0 for an empty one)."""
+    arrays = part["x"] + part["y"]
+    return len(arrays[0]) if arrays else 0
+
+
+def check_part(part: Part, need_labels: bool, where: str) -> None:
+    """Validate a part: same row counts, numeric dtypes, labels present when training.
+
+    Raises:
+        ValueError: rows differ between inputs and targets, or labels are missing.
+        TypeError: a non-numeric input or target.
+    """
+    if need_labels and not part["y"]:
+        raise ValueError(f"{where}: no labels; give label_cols (DataFrame/pandas) or a 'y' key (dict shards).")
+    lengths = {len(a) for a in part["x"] + part["y"]}
+    if len(lengths) > 1:
+        raise ValueError(f"{where}: inputs and targets have different numbers of rows {sorted(lengths)}.")
+    for kind in ("x", "y"):
+        for i, a in enumerate(part[kind]):
+            if a.dtype.kind not in "biuf":
+                what = "feature" if kind == "x" else "label"
+                raise TypeError(
+                    f"{where}: {what} #{i} has dtype {a.dtype}, which is not numeric; encode it as numbers "
+                    "first (e.g. StringIndexer for a string column)."
+                )
+
+
+def part_to_frame(part_x: Sequence[np.ndarray], names: Sequence[str]) -> pd.DataFrame:
+    """Arrays (one per column) as a pandas DataFrame; multi-dim rows become lists."""
+    cols: dict[str, Any] = {}
+    for name, arr in zip(names, part_x, strict=True):
+        cols[name] = list(arr) if arr.ndim > 1 else arr
+    return pd.DataFrame(cols)

@@ -1,0 +1,169 @@
+"""Prediction where the data lives: Spark DataFrames and Spark-backed XShards stay on the
+executors, with the model broadcast once and built once per Python worker; the result is
+the same container with a ``prediction`` column/key (or one per ``output_cols``)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+import cloudpickle
+import numpy as np
+import pandas as pd
+
+from orca.core.engine.adapters import spark_select
+from orca.core.engine.convert import shard_to_part, table_to_part
+from orca.core.engine.feed import Feed
+from orca.core.engine.loop import run_predict
+from orca.core.engine.runner import Rendezvous
+from orca.core.engine.spark_backend import _cached_runner
+
+
+def _arrow_type(arr: np.ndarray) -> Any:
+    import pyarrow as pa
+
+    base = pa.from_numpy_dtype(arr.dtype)
+    for _ in range(arr.ndim - 1):
+        base = pa.list_(base)
+    return base
+
+
+def _arrow_column(arr: np.ndarray, typ: Any) -> Any:
+    import pyarrow as pa
+
+    if arr.ndim == 1:
+        return pa.array(arr, type=typ)
+    flat: Any = pa.array(arr.reshape(-1), type=pa.from_numpy_dtype(arr.dtype))
+    for dim in reversed(arr.shape[1:]):
+        offsets = np.arange(0, len(flat) + 1, dim, dtype=np.int32)
+        flat = pa.ListArray.from_arrays(pa.array(offsets), flat)
+    return flat.cast(typ)
+
+
+def output_names(n_outputs: int, output_cols: Sequence[str] | None) -> list[str]:
+    """Column names for the model's outputs: ``prediction`` or the user's ``output_cols``.
+
+    Raises:
+        ValueError: ``output_cols`` does not match the number of outputs.
+    """
+    if output_cols is None:
+        return ["prediction"] if n_outputs == 1 else [f"prediction_{i}" for i in range(n_outputs)]
+    if len(output_cols) != n_outputs:
+        raise ValueError(f"output_cols={list(output_cols)} names {len(output_cols)} columns but the model "
+                         f"returns {n_outputs} output(s).")
+    return list(output_cols)
+
+
+def _local_runner(runner_cls: Any, spec: dict[str, Any], state: Any) -> Any:
+    runner = runner_cls(dict(spec, threads=1))
+    runner.setup(Rendezvous(rank=0, world_size=1, master_addr="", master_port=0))
+    if state is not None:
+        runner.set_state(state)
+    return runner
+
+
+def predict_dataframe(runner_cls: Any, spec: dict[str, Any], state: Any, df: Any, feature_cols: list[str],
+                      batch_size: int, output_cols: Sequence[str] | None, threads: int) -> Any:
+    """Return ``df`` with prediction column(s), computed lazily on the executors.
+
+    The output schema comes from predicting one row on the driver (a ``limit(1)``).
+    """
+    import pyarrow as pa
+    from pyspark.sql import SparkSession
+
+    spark = SparkSession.getActiveSession() or df.sparkSession
+    probe_tbl = spark_select(df, feature_cols).limit(1).toArrow()
+    if probe_tbl.num_rows == 0:
+        raise ValueError("predict: the DataFrame is empty.")
+    probe_part = table_to_part(probe_tbl, feature_cols, [])
+    probe = run_predict(_local_runner(runner_cls, spec, state), Feed(probe_part["x"]), 1)
+    names = output_names(len(probe), output_cols)
+    clash = [n for n in names if n in df.columns]
+    if clash:
+        raise ValueError(f"predict: output column(s) {clash} already exist in the DataFrame; pass output_cols=[...].")
+    types = [_arrow_type(p) for p in probe]
+    # feature columns as arrays (ml Vectors cannot cross Arrow), alongside the untouched columns
+    tmp = [f"__orca_x{i}" for i in range(len(feature_cols))]
+    inner = df.select("*", *[_as_array(df, c).alias(t) for c, t in zip(feature_cols, tmp, strict=True)])
+    out_schema = _to_spark_schema(df, names, types)
+    bc = spark.sparkContext.broadcast(cloudpickle.dumps(
+        {"runner_cls": runner_cls, "spec": spec, "state": state, "threads": threads}))
+    keep = list(df.columns)
+
+    def task(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        runner = _cached_runner(bc)
+        for rb in batches:
+            if rb.num_rows == 0:
+                continue
+            part = table_to_part(rb, tmp, [])
+            outs = run_predict(runner, Feed(part["x"]), batch_size)
+            cols = [rb.column(rb.schema.get_field_index(c)) for c in keep]
+            for arr, typ in zip(outs, types, strict=True):
+                cols.append(_arrow_column(arr, typ))
+            yield pa.RecordBatch.from_arrays(cols, names=keep + names)
+
+    return inner.mapInArrow(task, out_schema)
+
+
+def _as_array(df: Any, name: str) -> Any:
+    from pyspark.sql import functions as F
+
+    field = df.schema[name]
+    if type(field.dataType).__name__ == "VectorUDT":
+        from pyspark.ml.functions import vector_to_array
+
+        return vector_to_array(F.col(name))
+    return F.col(name)
+
+
+def _to_spark_schema(df: Any, names: list[str], types: list[Any]) -> Any:
+    from pyspark.sql import types as T
+
+    def conv(t: Any) -> Any:
+        import pyarrow as pa
+
+        if pa.types.is_list(t):
+            return T.ArrayType(conv(t.value_type))
+        return {
+            pa.float32(): T.FloatType(), pa.float64(): T.DoubleType(), pa.int64(): T.LongType(),
+            pa.int32(): T.IntegerType(), pa.int16(): T.ShortType(), pa.int8(): T.ByteType(),
+            pa.bool_(): T.BooleanType(),
+        }.get(t, T.DoubleType())
+
+    fields = list(df.schema.fields) + [T.StructField(n, conv(t)) for n, t in zip(names, types, strict=True)]
+    return T.StructType(fields)
+
+
+def add_predictions(shard: Any, outs: list[np.ndarray], output_cols: Sequence[str] | None) -> Any:
+    """Attach predictions to a shard: a key of a dict, or column(s) of a pandas DataFrame."""
+    names = output_names(len(outs), output_cols)
+    if isinstance(shard, pd.DataFrame):
+        shard = shard.copy()
+        for name, arr in zip(names, outs, strict=True):
+            shard[name] = list(arr) if arr.ndim > 1 else arr
+        return shard
+    out = dict(shard)
+    if output_cols is None and len(outs) > 1:
+        out["prediction"] = outs
+    else:
+        for name, arr in zip(names, outs, strict=True):
+            out[name] = arr
+    return out
+
+
+def predict_spark_shards(runner_cls: Any, spec: dict[str, Any], state: Any, shards: Any,
+                         feature_cols: list[str] | None, batch_size: int, output_cols: Sequence[str] | None,
+                         threads: int) -> Any:
+    """Predict a Spark-backed XShards on the executors; returns a Spark-backed XShards."""
+    rdd = shards.rdd
+    bc = rdd.context.broadcast(cloudpickle.dumps(
+        {"runner_cls": runner_cls, "spec": spec, "state": state, "threads": threads}))
+
+    def task(items: Iterator[Any]) -> Iterator[Any]:
+        runner = _cached_runner(bc)
+        for shard in items:
+            part = shard_to_part(shard, feature_cols, None)
+            outs = run_predict(runner, Feed(part["x"]), batch_size)
+            yield add_predictions(shard, outs, output_cols)
+
+    return type(shards)(rdd.mapPartitions(task))

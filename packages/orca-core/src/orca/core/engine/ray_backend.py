@@ -1,0 +1,468 @@
+"""Workers as long-lived Ray actors: the group survives across fit/evaluate/predict calls.
+
+Data reaches the actors as Ray objects: Spark executors put their partitions into the
+object store themselves (owned by a holder actor, so they outlive Spark's Python worker),
+and only object references travel through the driver. Each actor then takes an exact,
+balanced row range of the whole data set, whatever the partitioning.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+import traceback
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from orca.core._net import find_free_port
+from orca.core.engine.adapters import DataSource, spark_select
+from orca.core.engine.convert import Part, part_rows, shard_to_part, table_to_part
+from orca.core.engine.errors import OrcaWorkerError
+from orca.core.engine.feed import Feed
+from orca.core.engine.loop import FitArgs, evaluate_feed, run_fit, run_predict
+from orca.core.engine.runner import Collective, Rendezvous
+
+log = logging.getLogger("orca")
+
+# A ref with the row range an actor takes from it.
+Slice = tuple[Any, int, int]
+
+
+def _ray():
+    import ray
+
+    return ray
+
+
+class _RayCollective(Collective):
+    """allgather through a small store actor, polled with a deadline."""
+
+    def __init__(self, store: Any, rank: int, world: int, timeout_s: float) -> None:
+        self.store, self.rank, self.world, self.timeout_s = store, rank, world, timeout_s
+        self.round = 0
+
+    def allgather(self, obj: Any) -> list[Any]:
+        ray = _ray()
+        self.round += 1
+        ray.get(self.store.put.remote(self.round, self.rank, obj))
+        deadline = time.monotonic() + self.timeout_s
+        delay = 0.002
+        while True:
+            values = ray.get(self.store.get.remote(self.round))
+            if values is not None:
+                return values
+            if time.monotonic() > deadline:
+                raise TimeoutError(
+                    f"rank {self.rank}: other workers did not reach allgather round {self.round} "
+                    f"within {self.timeout_s:.0f}s"
+                )
+            time.sleep(delay)
+            delay = min(delay * 2, 0.1)
+
+
+class _Store:
+    """Holds allgather values per round until every rank has read them."""
+
+    def __init__(self, world: int) -> None:
+        self.world = world
+        self.rounds: dict[int, dict[int, Any]] = {}
+        self.reads: dict[int, int] = {}
+
+    def put(self, rnd: int, rank: int, value: Any) -> None:
+        self.rounds.setdefault(rnd, {})[rank] = value
+
+    def get(self, rnd: int) -> list[Any] | None:
+        values = self.rounds.get(rnd, {})
+        if len(values) < self.world:
+            return None
+        self.reads[rnd] = self.reads.get(rnd, 0) + 1
+        out = [values[r] for r in range(self.world)]
+        if self.reads[rnd] >= self.world:
+            self.rounds.pop(rnd, None)
+            self.reads.pop(rnd, None)
+        return out
+
+
+class _Holder:
+    """Owns objects that Spark executors hand it, so they outlive Spark's Python workers.
+
+    (``ray.put(_owner=...)`` was removed in Ray 2.56; re-putting here makes this actor the owner.)
+    """
+
+    def __init__(self) -> None:
+        self.kept: dict[str, Any] = {}
+
+    def keep(self, part: Any) -> str:
+        import uuid
+
+        import ray
+
+        key = uuid.uuid4().hex
+        self.kept[key] = ray.put(part)
+        return key
+
+    def refs(self, keys: list[str]) -> list[list[Any]]:
+        # nested in lists, so Ray hands over the references (with their owner), not the values
+        return [[self.kept[k]] for k in keys]
+
+    def drop(self) -> None:
+        self.kept.clear()
+
+
+def _load_slices(slices: Sequence[Slice]) -> Feed:
+    ray = _ray()
+    if not slices:
+        return Feed([], [])
+    parts = ray.get([s[0] for s in slices])
+    cut: list[Part] = []
+    for part, (_, start, stop) in zip(parts, slices, strict=True):
+        cut.append({"x": [a[start:stop] for a in part["x"]], "y": [a[start:stop] for a in part["y"]]})
+    return Feed.concat(cut)
+
+
+class _Worker:
+    """The actor: hosts one framework runner."""
+
+    def __init__(self, runner_cls: Any, spec: dict[str, Any], threads: int) -> None:
+        os.environ["OMP_NUM_THREADS"] = str(threads)
+        self.runner = runner_cls(dict(spec, threads=threads))
+        self.feed_key: Any = None
+        self.feed: Feed | None = None
+
+    def address(self) -> tuple[str, int]:
+        ray = _ray()
+        host = ray.util.get_node_ip_address()
+        return host, find_free_port(host)
+
+    def setup(self, rendezvous: Rendezvous) -> None:
+        self.rendezvous = rendezvous
+        self.runner.setup(rendezvous)
+
+    def set_state(self, state: dict[str, Any]) -> None:
+        self.runner.set_state(state)
+
+    def get_state(self) -> dict[str, Any]:
+        return self.runner.get_state()
+
+    def call(self, fn: Any, *args: Any) -> Any:
+        """Run ``fn(runner, *args)`` here (save a checkpoint, read a model)."""
+        return fn(self.runner, *args)
+
+    def fit(self, slices: list[Slice], val_slices: list[Slice] | None, counts: list[int],
+            store: Any, args: FitArgs, timeout_s: float) -> list[dict[str, Any]]:
+        try:
+            feed = _load_slices(slices) if args.creator is None else None
+            val = _load_slices(val_slices) if val_slices else None
+            rank = self.rendezvous.rank
+            coll = _RayCollective(store, rank, self.rendezvous.world_size, timeout_s)
+            return run_fit(self.runner, feed, val, counts, rank, coll, args)
+        except Exception as exc:
+            raise _wrap(exc, self.rendezvous.rank) from None
+
+    def evaluate(self, slices: list[Slice], creator: Any, batch_size: int, metrics: Any) -> dict[str, Any]:
+        from orca.core.engine.metrics import make_metrics
+
+        try:
+            if creator is not None:
+                batches = self.runner.native_batches(creator, batch_size, training=False)
+            else:
+                batches = _load_slices(slices).batches(batch_size)
+            return evaluate_feed(self.runner, batches, make_metrics(metrics))
+        except Exception as exc:
+            raise _wrap(exc, self.rendezvous.rank) from None
+
+    def predict(self, slices: list[Slice], batch_size: int) -> list[np.ndarray]:
+        try:
+            return run_predict(self.runner, _load_slices(slices), batch_size)
+        except Exception as exc:
+            raise _wrap(exc, self.rendezvous.rank) from None
+
+    def shutdown(self) -> None:
+        self.runner.shutdown()
+
+
+class _WorkerFailure(Exception):
+    """Carries a worker's traceback across Ray's serialisation."""
+
+    def __init__(self, rank: int, text: str, original: str) -> None:
+        super().__init__(rank, text, original)
+        self.rank, self.text, self.original = rank, text, original
+
+
+def _wrap(exc: BaseException, rank: int) -> _WorkerFailure:
+    return _WorkerFailure(rank, "".join(traceback.format_exception(exc)), f"{type(exc).__name__}: {exc}")
+
+
+def _spark_to_ray(source: DataSource, holder: Any, address: str, need_labels: bool) -> list[tuple[Any, int]]:
+    """Put each Spark partition into Ray from its executor; return (ref, rows) per partition."""
+    import cloudpickle
+
+    fcols = list(source.feature_cols or [])
+    lcols = list(source.label_cols or []) if need_labels else []
+    loopback = address.startswith("127.")
+    # the handle is unpickled only after the executor has joined Ray
+    holder_blob = cloudpickle.dumps(holder)
+
+    def connect() -> Any:
+        if loopback:
+            os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
+            os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+        import ray
+
+        if not ray.is_initialized():
+            ray.init(address=address, log_to_driver=False, configure_logging=False, logging_level=logging.ERROR)
+        return ray, cloudpickle.loads(holder_blob)
+
+    if source.kind == "dataframe":
+        import pyarrow as pa
+
+        df = spark_select(source.obj, fcols + lcols)
+
+        def put_arrow(batches: Any) -> Any:
+            ray, owner = connect()
+            batches = [b for b in batches if b.num_rows]
+            if not batches:
+                return
+            table = pa.Table.from_batches(batches)
+            part = table_to_part(table, fcols, lcols)
+            key = ray.get(owner.keep.remote(part))
+            yield pa.RecordBatch.from_pydict({"key": [key], "rows": [table.num_rows]})
+
+        keyed = [(r["key"], int(r["rows"])) for r in df.mapInArrow(put_arrow, "key string, rows long").collect()]
+    else:
+        rdd = source.obj.rdd
+
+        def put_shards(shards: Any) -> Any:
+            ray, owner = connect()
+            for shard in shards:
+                part = shard_to_part(shard, fcols or None, lcols or None)
+                n = part_rows(part)
+                if n:
+                    yield ray.get(owner.keep.remote(part)), n
+
+        keyed = rdd.mapPartitions(put_shards).collect()
+    import ray
+
+    refs = ray.get(holder.refs.remote([k for k, _ in keyed]))
+    return [(r[0], n) for r, (_, n) in zip(refs, keyed, strict=True)]
+
+
+
+def balanced_slices(refs: Sequence[tuple[Any, int]], world: int) -> list[list[Slice]]:
+    """Cut the concatenation of parts into ``world`` contiguous, equally sized row ranges."""
+    total = sum(n for _, n in refs)
+    bounds = [total * w // world for w in range(world + 1)]
+    out: list[list[Slice]] = [[] for _ in range(world)]
+    offset = 0
+    for ref, n in refs:
+        for w in range(world):
+            lo, hi = max(bounds[w], offset), min(bounds[w + 1], offset + n)
+            if lo < hi:
+                out[w].append((ref, lo - offset, hi - offset))
+        offset += n
+    return out
+
+
+class RayWorkerGroup:
+    """``num_workers`` Ray actors hosting a framework runner, started on first use.
+
+    Args:
+        runner_cls: the framework's :class:`~orca.core.engine.runner.Runner` subclass.
+        spec: what the runner builds from.
+        num_workers: actors to start.
+        cpus_per_worker: CPUs each actor reserves (also its intra-op threads).
+        timeout_s: bound on every wait for the actors.
+    """
+
+    def __init__(self, runner_cls: Any, spec: dict[str, Any], num_workers: int, cpus_per_worker: int,
+                 timeout_s: float) -> None:
+        self.runner_cls, self.spec = runner_cls, spec
+        self.num_workers, self.cpus_per_worker, self.timeout_s = num_workers, cpus_per_worker, timeout_s
+        self.actors: list[Any] = []
+        self.holder: Any = None
+        self.address = ""
+
+    @property
+    def started(self) -> bool:
+        """True while the actors are alive."""
+        return bool(self.actors)
+
+    def start(self) -> None:
+        """Start the actors and set up their process group (idempotent)."""
+        if self.actors:
+            return
+        from orca.core.context import OrcaContext
+
+        runtime = OrcaContext.current().ray_runtime()
+        self.address = runtime.address
+        ray = _ray()
+        total = sum(runtime.cpus_per_node)
+        if self.num_workers * self.cpus_per_worker > total:
+            raise ValueError(
+                f"{self.num_workers} workers x {self.cpus_per_worker} CPUs need more than the Ray cluster's "
+                f"{total} CPUs; lower workers_per_node or add nodes."
+            )
+        worker_cls = ray.remote(num_cpus=self.cpus_per_worker, max_concurrency=2)(_Worker)
+        self.actors = [worker_cls.remote(self.runner_cls, self.spec, self.cpus_per_worker)
+                       for _ in range(self.num_workers)]
+        self.holder = ray.remote(num_cpus=0)(_Holder).remote()
+        try:
+            host, port = self._get([self.actors[0].address.remote()], "start")[0]
+            rdvs = [Rendezvous(rank=r, world_size=self.num_workers, master_addr=host, master_port=port,
+                               host=host) for r in range(self.num_workers)]
+            self._get([a.setup.remote(rdv) for a, rdv in zip(self.actors, rdvs, strict=True)], "setup")
+        except BaseException:
+            self.shutdown()
+            raise
+
+    def _get(self, refs: list[Any], what: str) -> list[Any]:
+        """Wait for all refs; on the first failure or the deadline tear the group down and raise."""
+        ray = _ray()
+        deadline = time.monotonic() + self.timeout_s
+        pending = list(refs)
+        while pending:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                self.shutdown()
+                raise TimeoutError(f"Orca workers did not finish {what} within {self.timeout_s:.0f}s; "
+                                   "the worker group was shut down.")
+            done, pending = ray.wait(pending, num_returns=1, timeout=min(left, 5.0))
+            for ref in done:
+                try:
+                    ray.get(ref)
+                except Exception as exc:  # noqa: BLE001 - re-raised below with the worker's traceback
+                    self.shutdown()
+                    cause = getattr(exc, "cause", None) or exc
+                    if isinstance(cause, _WorkerFailure):
+                        raise OrcaWorkerError(f"Orca worker {cause.rank} failed during {what}: {cause.original}",
+                                              rank=cause.rank, worker_traceback=cause.text) from None
+                    raise OrcaWorkerError(f"Orca worker failed during {what}: {exc}",
+                                          worker_traceback=str(exc)) from None
+        return ray.get(refs)
+
+    # ---------------------------------------------------------------- data
+    def slices(self, source: DataSource | None, need_labels: bool) -> tuple[list[list[Slice]], list[int]]:
+        """Place ``source`` in the object store and cut it into one row range per worker."""
+        if source is None or source.kind == "creator":
+            return [[] for _ in range(self.num_workers)], [0] * self.num_workers
+        ray = _ray()
+        refs: list[tuple[Any, int]]
+        if source.kind == "local":
+            refs = [(ray.put(p), part_rows(p)) for p in source.obj]
+        elif source.kind == "dataframe" or (source.kind == "xshards" and hasattr(source.obj, "rdd")):
+            refs = _spark_to_ray(source, self.holder, self.address, need_labels)
+        elif source.kind == "xshards":
+            shards = source.obj
+            fcols, lcols = source.feature_cols, source.label_cols if need_labels else None
+            if hasattr(shards, "refs"):
+                conv = ray.remote(lambda s: (lambda p: (p, part_rows(p)))(shard_to_part(s, fcols, lcols)))
+                pairs = ray.get([conv.options(num_returns=1).remote(r) for r in shards.refs])
+                refs = [(ray.put(p), n) for p, n in pairs]
+            else:
+                refs = []
+                for s in shards.collect():
+                    p = shard_to_part(s, fcols, lcols)
+                    refs.append((ray.put(p), part_rows(p)))
+        elif source.kind == "ray_dataset":
+            fcols = list(source.feature_cols or [])
+            lcols = list(source.label_cols or []) if need_labels else []
+            tables = source.obj.select_columns(fcols + lcols).to_arrow_refs()
+            conv = ray.remote(num_returns=2)(lambda t: (lambda p: (p, part_rows(p)))(table_to_part(t, fcols, lcols)))
+            pairs = [conv.remote(t) for t in tables]
+            counts = ray.get([p[1] for p in pairs])
+            refs = [(p[0], n) for p, n in zip(pairs, counts, strict=True)]
+        else:  # pragma: no cover - the dispatcher only makes the kinds above
+            raise TypeError(f"unsupported data kind {source.kind}")
+        slices = balanced_slices(refs, self.num_workers)
+        counts = [sum(hi - lo for _, lo, hi in s) for s in slices]
+        return slices, counts
+
+    def release(self, slices: list[list[Slice]]) -> None:
+        """Free the objects behind ``slices`` (Spark-put objects live until freed)."""
+        ray = _ray()
+        refs = list({id(r): r for s in slices for r, _, _ in s}.values())
+        if self.holder is not None:
+            self.holder.drop.remote()
+        if refs:
+            try:
+                ray._private.internal_api.free(refs)
+            except Exception:  # noqa: BLE001 - best effort; the holder's death frees them anyway
+                log.debug("free failed", exc_info=True)
+
+    # ---------------------------------------------------------------- calls
+    def fit(self, source: DataSource, val_source: DataSource | None, args: FitArgs) -> list[dict[str, Any]]:
+        """Run ``fit`` on every actor; return rank 0's merged history."""
+        self.start()
+        ray = _ray()
+        slices, counts = self.slices(source, need_labels=True)
+        val_slices, _ = self.slices(val_source, need_labels=True) if val_source is not None else (None, None)
+        if val_source is not None and val_source.kind == "creator":
+            args.val_creator, val_slices = val_source.obj, None
+        if source.kind == "creator":
+            args.creator = source.obj
+        store = ray.remote(num_cpus=0)(_Store).remote(self.num_workers)
+        try:
+            refs = [a.fit.remote(slices[r], val_slices[r] if val_slices else None, counts, store, args,
+                                 self.timeout_s) for r, a in enumerate(self.actors)]
+            return self._get(refs, "fit")[0]
+        finally:
+            ray.kill(store)
+            self.release(slices + (val_slices or []))
+
+    def evaluate(self, source: DataSource, batch_size: int, metrics: Any) -> list[dict[str, Any]]:
+        """Per-worker evaluation states (merge them with ``merge_eval_states``)."""
+        self.start()
+        slices, _ = self.slices(source, need_labels=True)
+        creator = source.obj if source.kind == "creator" else None
+        local_bs = max(1, batch_size // self.num_workers)
+        try:
+            return self._get([a.evaluate.remote(slices[r], creator, local_bs, metrics)
+                              for r, a in enumerate(self.actors)], "evaluate")
+        finally:
+            self.release(slices)
+
+    def predict(self, source: DataSource, batch_size: int) -> list[np.ndarray]:
+        """Predict in the actors; outputs come back in the input's row order."""
+        self.start()
+        slices, _ = self.slices(source, need_labels=False)
+        local_bs = max(1, batch_size // self.num_workers)
+        try:
+            outs = self._get([a.predict.remote(slices[r], local_bs) for r, a in enumerate(self.actors)], "predict")
+        finally:
+            self.release(slices)
+        outs = [o for o in outs if o]
+        if not outs:
+            return []
+        return [np.concatenate([o[i] for o in outs]) for i in range(len(outs[0]))]
+
+    def get_state(self) -> dict[str, Any]:
+        """Rank 0's state."""
+        self.start()
+        return self._get([self.actors[0].get_state.remote()], "get_state")[0]
+
+    def set_state(self, state: dict[str, Any]) -> None:
+        """Load ``state`` into every actor."""
+        self.start()
+        ray = _ray()
+        ref = ray.put(state)
+        self._get([a.set_state.remote(ref) for a in self.actors], "set_state")
+
+    def call_rank0(self, fn: Any, *args: Any) -> Any:
+        """Run ``fn(runner, *args)`` in rank 0."""
+        self.start()
+        return self._get([self.actors[0].call.remote(fn, *args)], "call")[0]
+
+    def shutdown(self) -> None:
+        """Kill the actors (no wait on a stuck one)."""
+        if not self.actors and self.holder is None:
+            return
+        ray = _ray()
+        for actor in self.actors + ([self.holder] if self.holder is not None else []):
+            try:
+                ray.kill(actor)
+            except Exception:  # noqa: BLE001 - already dead
+                pass
+        self.actors, self.holder = [], None

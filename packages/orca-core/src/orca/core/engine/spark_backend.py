@@ -1,0 +1,295 @@
+"""Workers as Spark barrier tasks: one task per worker, started for each fit call.
+
+The training state goes out by broadcast and comes back as rank 0's task result. Workers
+meet through ``BarrierTaskContext.allGather`` (rank, rows held, rank 0's free port). Data
+stays on the executors: a DataFrame is read there as Arrow batches, an XShards as shards.
+Evaluation and prediction need no barrier: each partition works alone and the driver
+merges small per-partition results (evaluation) or Spark keeps the output (prediction).
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import traceback
+from collections.abc import Iterator
+from typing import Any
+
+import cloudpickle
+import numpy as np
+
+from orca.core._net import find_free_port
+from orca.core.engine.adapters import DataSource, spark_select
+from orca.core.engine.convert import Part, part_rows, shard_to_part, table_to_part
+from orca.core.engine.errors import OrcaWorkerError
+from orca.core.engine.feed import Feed
+from orca.core.engine.loop import FitArgs, evaluate_feed, run_fit, run_predict
+from orca.core.engine.metrics import make_metrics
+from orca.core.engine.runner import Collective, Rendezvous
+
+TAG = "__orca_split__"
+
+
+class SparkCollective(Collective):
+    """allgather through ``BarrierTaskContext.allGather`` (bounded by spark.barrier.sync.timeout)."""
+
+    def __init__(self, ctx: Any) -> None:
+        self.ctx = ctx
+
+    def allgather(self, obj: Any) -> list[Any]:
+        msg = base64.b64encode(cloudpickle.dumps(obj)).decode("ascii")
+        return [cloudpickle.loads(base64.b64decode(m)) for m in self.ctx.allGather(msg)]
+
+
+def _barrier_worker(job: dict[str, Any], train_parts: list[Part], val_parts: list[Part]) -> bytes:
+    """Body of one barrier task: rendezvous, build the runner, train, return stats (+ state on rank 0)."""
+    from pyspark import BarrierTaskContext
+
+    ctx = BarrierTaskContext.get()
+    rank = ctx.partitionId()
+    try:
+        feed = Feed.concat(train_parts)
+        val = Feed.concat(val_parts) if job["has_val"] else None
+        infos = ctx.getTaskInfos()
+        host = infos[rank].address.split(":")[0] or "127.0.0.1"
+        port = find_free_port(host) if rank == 0 else 0
+        gathered = [json.loads(m) for m in ctx.allGather(json.dumps({"port": port, "rows": feed.num_rows}))]
+        counts = tuple(int(g["rows"]) for g in gathered)
+        master = infos[0].address.split(":")[0] or "127.0.0.1"
+        rdv = Rendezvous(rank=rank, world_size=len(infos), master_addr=master, master_port=gathered[0]["port"],
+                         counts=counts, host=host)
+        runner = job["runner_cls"](dict(job["spec"], threads=job["threads"]))
+        runner.setup(rdv)
+        if job["state"] is not None:
+            runner.set_state(job["state"])
+        args: FitArgs = job["args"]
+        if job["creator"] is not None:
+            args.creator = job["creator"]
+            feed = None  # type: ignore[assignment]
+        history = run_fit(runner, feed, val, counts, rank, SparkCollective(ctx), args)
+        state = runner.get_state() if rank == 0 else None
+        runner.shutdown()
+        return cloudpickle.dumps({"rank": rank, "history": history, "state": state})
+    except Exception as exc:  # noqa: BLE001 - travels back to the driver with its traceback
+        return cloudpickle.dumps({"rank": rank, "error": f"{type(exc).__name__}: {exc}",
+                                  "traceback": "".join(traceback.format_exception(exc))})
+
+
+def _raise_first_error(results: list[dict[str, Any]], what: str) -> None:
+    errors = [r for r in results if "error" in r]
+    if errors:
+        first = min(errors, key=lambda r: r["rank"])
+        raise OrcaWorkerError(f"Orca worker {first['rank']} failed during {what}: {first['error']}",
+                              rank=first["rank"], worker_traceback=first["traceback"])
+
+
+def _spark_error(exc: Exception, what: str) -> OrcaWorkerError:
+    text = str(exc)
+    marker = text.find("Traceback (most recent call last)")
+    tb = text[marker:] if marker >= 0 else text
+    last = [ln for ln in tb.splitlines() if ln.strip()][-1:] or [type(exc).__name__]
+    return OrcaWorkerError(f"a Spark task failed during {what}: {last[0].strip()}", worker_traceback=tb)
+
+
+class SparkWorkerGroup:
+    """Runs a framework runner in ``num_workers`` Spark barrier tasks per call.
+
+    Args:
+        runner_cls: the framework's Runner subclass (importable on the executors).
+        spec: what the runner builds from.
+        num_workers: barrier tasks (at most the cluster's task slots).
+        threads: intra-op threads per worker.
+    """
+
+    def __init__(self, runner_cls: Any, spec: dict[str, Any], num_workers: int, threads: int) -> None:
+        self.runner_cls, self.spec, self.num_workers, self.threads = runner_cls, spec, num_workers, threads
+
+    @staticmethod
+    def spark() -> Any:
+        from orca.core.context import OrcaContext
+
+        return OrcaContext.current().spark_session()
+
+    def check_slots(self) -> None:
+        """Fail fast when the cluster cannot run all barrier tasks at once."""
+        slots = self.spark().sparkContext.defaultParallelism
+        if self.num_workers > slots:
+            raise ValueError(
+                f"the spark backend runs {self.num_workers} workers as one barrier stage, but the Spark "
+                f"cluster has {slots} task slots; lower workers_per_node/num_workers or add cores."
+            )
+
+    # ------------------------------------------------------------------ fit
+    def fit(self, state: Any, source: DataSource, val_source: DataSource | None,
+            args: FitArgs) -> tuple[list[dict[str, Any]], Any]:
+        """Train in one barrier stage; return (history, rank 0's new state)."""
+        self.check_slots()
+        sc = self.spark().sparkContext
+        job = {"runner_cls": self.runner_cls, "spec": self.spec, "threads": self.threads, "state": state,
+               "args": args, "has_val": val_source is not None,
+               "creator": source.obj if source.kind == "creator" else None}
+        if val_source is not None and val_source.kind == "creator":
+            args.val_creator = val_source.obj
+            job["has_val"] = False
+        bc = sc.broadcast(cloudpickle.dumps(job))
+        n = self.num_workers
+        try:
+            if source.kind == "dataframe" and (val_source is None or val_source.kind == "dataframe"):
+                raw = self._fit_dataframe(bc, source, val_source)
+            else:
+                raw = self._fit_rdd(bc, source, val_source)
+        except Exception as exc:
+            if type(exc).__name__ in ("Py4JJavaError", "PythonException", "SparkRuntimeException"):
+                raise _spark_error(exc, "fit") from None
+            raise
+        finally:
+            bc.destroy()
+        results = [cloudpickle.loads(r) for r in raw]
+        _raise_first_error(results, "fit")
+        rank0 = next(r for r in results if r["rank"] == 0)
+        assert len(results) == n
+        return rank0["history"], rank0["state"]
+
+    def _fit_dataframe(self, bc: Any, source: DataSource, val_source: DataSource | None) -> list[bytes]:
+        import pyarrow as pa
+        from pyspark.sql import functions as F
+
+        fcols, lcols = list(source.feature_cols or []), list(source.label_cols or [])
+        df = spark_select(source.obj, fcols + lcols).withColumn(TAG, F.lit(0))
+        if val_source is not None:
+            vdf = spark_select(val_source.obj, fcols + lcols).withColumn(TAG, F.lit(1))
+            df = df.unionByName(vdf)
+        if val_source is not None or df.rdd.getNumPartitions() != self.num_workers:
+            df = df.repartition(self.num_workers)
+
+        def task(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+            job = cloudpickle.loads(bc.value)
+            batches = [b for b in batches if b.num_rows]
+            train: list[Part] = []
+            val: list[Part] = []
+            if batches:
+                table = pa.Table.from_batches(batches)
+                tags = table.column(TAG).to_numpy()
+                for flag, bucket in ((0, train), (1, val)):
+                    sub = table.filter(pa.array(tags == flag))
+                    if sub.num_rows:
+                        bucket.append(table_to_part(sub, fcols, lcols))
+            out = _barrier_worker(job, train, val)
+            yield pa.RecordBatch.from_pydict({"payload": [out]})
+
+        return [r["payload"] for r in df.mapInArrow(task, "payload binary", barrier=True).collect()]
+
+    def _fit_rdd(self, bc: Any, source: DataSource, val_source: DataSource | None) -> list[bytes]:
+        n = self.num_workers
+        rdd = _tagged_parts_rdd(self.spark(), source, 0, True)
+        if val_source is not None and val_source.kind != "creator":
+            rdd = rdd.union(_tagged_parts_rdd(self.spark(), val_source, 1, True))
+        keyed = rdd.zipWithIndex().map(lambda t: (t[1] % n, t[0]))
+        parts_rdd = keyed.partitionBy(n, lambda k: int(k)).values()
+
+        def task(items: Iterator[tuple[int, Part]]) -> Iterator[bytes]:
+            job = cloudpickle.loads(bc.value)
+            train, val = [], []
+            for tag, part in items:
+                (train if tag == 0 else val).append(part)
+            yield _barrier_worker(job, train, val)
+
+        return parts_rdd.barrier().mapPartitions(task).collect()
+
+    # ------------------------------------------------------------ evaluate
+    def evaluate(self, state: Any, source: DataSource, batch_size: int, metrics: Any) -> list[dict[str, Any]]:
+        """Per-partition evaluation states (merged by the caller)."""
+        bc = self.spark().sparkContext.broadcast(cloudpickle.dumps(
+            {"runner_cls": self.runner_cls, "spec": self.spec, "state": state, "threads": self.threads}))
+        local_bs = max(1, batch_size // self.num_workers)
+
+        def evaluate_parts(parts: list[Part]) -> bytes:
+            runner = _cached_runner(bc)
+            return cloudpickle.dumps(evaluate_feed(runner, Feed.concat(parts).batches(local_bs), make_metrics(metrics)))
+
+        try:
+            raw = self._map_parts(source, evaluate_parts, need_labels=True)
+        except Exception as exc:
+            if type(exc).__name__ in ("Py4JJavaError", "PythonException"):
+                raise _spark_error(exc, "evaluate") from None
+            raise
+        finally:
+            bc.unpersist()
+        return [cloudpickle.loads(r) for r in raw]
+
+    def _map_parts(self, source: DataSource, fn: Any, need_labels: bool) -> list[bytes]:
+        if source.kind == "dataframe":
+            import pyarrow as pa
+
+            fcols = list(source.feature_cols or [])
+            lcols = list(source.label_cols or []) if need_labels else []
+            df = spark_select(source.obj, fcols + lcols)
+
+            def task(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+                nonempty = [b for b in batches if b.num_rows]
+                parts = [table_to_part(pa.Table.from_batches(nonempty), fcols, lcols)] if nonempty else []
+                yield pa.RecordBatch.from_pydict({"payload": [fn(parts)]})
+
+            return [r["payload"] for r in df.mapInArrow(task, "payload binary").collect()]
+        rdd = _tagged_parts_rdd(self.spark(), source, 0, need_labels)
+        return rdd.mapPartitions(lambda items: [fn([p for _, p in items])]).collect()
+
+    # -------------------------------------------------------------- predict
+    def predict_local(self, state: Any, source: DataSource, batch_size: int) -> list[np.ndarray]:
+        """Predict in-process data on the executors; outputs in input order."""
+        bc = self.spark().sparkContext.broadcast(cloudpickle.dumps(
+            {"runner_cls": self.runner_cls, "spec": self.spec, "state": state, "threads": self.threads}))
+
+        def predict_parts(parts: list[Part]) -> bytes:
+            runner = _cached_runner(bc)
+            return cloudpickle.dumps(run_predict(runner, Feed.concat(parts), batch_size))
+
+        try:
+            outs = [cloudpickle.loads(r) for r in self._map_parts(source, predict_parts, need_labels=False)]
+        finally:
+            bc.unpersist()
+        outs = [o for o in outs if o]
+        if not outs:
+            return []
+        return [np.concatenate([o[i] for o in outs]) for i in range(len(outs[0]))]
+
+
+def _tagged_parts_rdd(spark: Any, source: DataSource, tag: int, need_labels: bool) -> Any:
+    """An RDD of ``(tag, part)`` for XShards or in-process data (at least one element per slot)."""
+    fcols = source.feature_cols
+    lcols = source.label_cols if need_labels else None
+    if source.kind == "local":
+        parts = source.obj
+        slots = spark.sparkContext.defaultParallelism
+        if len(parts) == 1 and part_rows(parts[0]) >= slots:
+            p = parts[0]
+            idx = np.array_split(np.arange(part_rows(p)), slots)
+            parts = [{"x": [a[i] for a in p["x"]], "y": [a[i] for a in p["y"]]} for i in idx]
+        return spark.sparkContext.parallelize([(tag, p) for p in parts], len(parts))
+    if source.kind == "xshards":
+        shards = source.obj
+        if hasattr(shards, "rdd"):
+            return shards.rdd.map(lambda s: (tag, shard_to_part(s, fcols, lcols)))
+        local = [(tag, shard_to_part(s, fcols, lcols)) for s in shards.collect()]
+        return spark.sparkContext.parallelize(local, max(1, len(local)))
+    raise TypeError(f"the spark backend cannot read {source.kind} data here; pass a DataFrame or an XShards.")
+
+
+_RUNNERS: dict[tuple[int, int], tuple[bytes, Any]] = {}
+
+
+def _cached_runner(bc: Any) -> Any:
+    """Build the runner once per Python worker and broadcast (reused across partitions)."""
+    blob = bc.value
+    key = (id(blob), len(blob))
+    hit = _RUNNERS.get(key)
+    if hit is not None:
+        return hit[1]
+    job = cloudpickle.loads(blob)
+    runner = job["runner_cls"](dict(job["spec"], threads=job["threads"]))
+    runner.setup(Rendezvous(rank=0, world_size=1, master_addr="", master_port=0))
+    if job["state"] is not None:
+        runner.set_state(job["state"])
+    _RUNNERS.clear()
+    _RUNNERS[key] = (blob, runner)  # holding blob keeps its id from being reused
+    return runner

@@ -1,0 +1,190 @@
+"""The PyTorch Estimator: ``Estimator.from_torch(model=..., optimizer=..., loss=...)``."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+from torch import nn
+
+from orca.core.engine.adapters import DataSource
+from orca.core.engine.errors import NotFittedError
+from orca.core.engine.estimator import BaseEstimator
+from orca.core.engine.runner import Rendezvous
+from orca.torch._spec import build_model, check_loss, check_model, describe_optimizer
+from orca.torch.runner import TorchRunner
+
+_LATER = {"bigdl": "#4 (the parameter-sync layer)", "horovod": "a later issue"}
+
+
+class Estimator(BaseEstimator):
+    """Distributed training and inference of a PyTorch model on Ray actors or Spark tasks.
+
+    Create it with :meth:`from_torch`; then ``fit``, ``evaluate``, ``predict``, ``save``,
+    ``load``, ``get_model``. See :class:`orca.core.engine.BaseEstimator` for the shared flow.
+    """
+
+    runner_cls = TorchRunner
+    launchers = {"ray": "ray", "spark": "spark"}
+
+    @classmethod
+    def from_torch(
+        cls,
+        *,
+        model: nn.Module | Any,
+        optimizer: torch.optim.Optimizer | Any = None,
+        loss: nn.Module | Any = None,
+        metrics: Any = None,
+        backend: str = "ray",
+        config: dict[str, Any] | None = None,
+        workers_per_node: int = 1,
+        scheduler_creator: Any = None,
+        model_dir: str | None = None,
+        sync_stats: bool = False,
+        use_tqdm: bool = True,
+        seed: int | None = 0,
+    ) -> Estimator:
+        """Build an Estimator from a torch model.
+
+        Args:
+            model: an ``nn.Module`` or a creator ``f(config) -> nn.Module``. ``None`` makes an
+                Estimator that can only ``load`` an entire saved model.
+            optimizer: a ``torch.optim.Optimizer`` built on ``model.parameters()`` (rebuilt on each
+                worker with the same class, hyper-parameters and param groups) or a creator
+                ``f(model, config)``. Optional for inference.
+            loss: a loss module (``nn.CrossEntropyLoss()``), a creator ``f(config)``, or a function
+                ``f(output, target)``.
+            metrics: metric names (``"accuracy"``, ``"top5accuracy"``, ``"binary_accuracy"``,
+                ``"mse"``, ``"mae"``, ``"auc"``), Metric objects or functions ``f(pred, target)``.
+            backend: ``"ray"`` (Ray actors, torch.distributed gloo) or ``"spark"`` (Spark barrier
+                tasks, torch.distributed gloo).
+            config: a dict handed to every creator.
+            workers_per_node: workers per node; ``batch_size`` is split across all workers.
+            scheduler_creator: ``f(optimizer, config)`` returning an LR scheduler, stepped per epoch.
+            model_dir: default directory for checkpoints.
+            sync_stats: return merged stats for every worker.
+            use_tqdm: show a progress bar on the driver.
+            seed: seeds model creation and shuffling on every worker (``None``: unseeded).
+
+        Returns:
+            The Estimator. No worker starts until the first call that needs one.
+
+        Raises:
+            ValueError: an unknown backend, or an optimizer instance not built on ``model``.
+            TypeError: a ``model``, ``optimizer`` or ``loss`` of an unsupported type.
+
+        Example:
+            >>> est = Estimator.from_torch(model=nn.Linear(4, 1), optimizer=lambda m, c: torch.optim.SGD(
+            ...     m.parameters(), lr=0.1), loss=nn.MSELoss(), backend="spark")  # doctest: +SKIP
+            >>> est.fit(df, epochs=2, batch_size=64, feature_cols=["x"], label_cols=["y"])  # doctest: +SKIP
+        """
+        if backend in _LATER:
+            raise ValueError(f"backend={backend!r} is not available yet (tracked in issue {_LATER[backend]}); "
+                             "use backend='ray' or backend='spark'.")
+        if backend not in cls.launchers:
+            raise ValueError(f"backend={backend!r} is not supported; use 'ray' or 'spark'.")
+        if model is not None:
+            check_model(model)
+        check_loss(loss)
+        spec = {
+            "model": model,
+            "optimizer": describe_optimizer(optimizer, model),
+            "loss": loss,
+            "config": dict(config or {}),
+            "scheduler_creator": scheduler_creator,
+            "seed": seed,
+        }
+        from orca.core.context import OrcaContext
+
+        ctx = OrcaContext.active()
+        if ctx is not None:
+            spec["timeout_s"] = ctx.settings.worker_timeout_s
+        est = cls(spec=spec, backend=backend, workers_per_node=workers_per_node, metrics=metrics,
+                  model_dir=model_dir, sync_stats=sync_stats, use_tqdm=use_tqdm)
+        return est
+
+    # ------------------------------------------------------------ adapters
+    def extra_adapters(self) -> Sequence[Any]:
+        """Accept a ``torch.utils.data.DataLoader`` instance: its dataset, batch size (as the global
+        batch size), collate function and shuffle setting go to the workers."""
+
+        def loader_adapter(data: Any) -> DataSource | None:
+            from torch.utils.data import DataLoader, RandomSampler
+
+            if not isinstance(data, DataLoader):
+                return None
+            dataset, bs, collate = data.dataset, data.batch_size or 1, data.collate_fn
+            shuffle, drop_last = isinstance(data.sampler, RandomSampler), data.drop_last
+            world = self.num_workers
+
+            def creator(config: dict[str, Any], batch_size: int) -> DataLoader:
+                return DataLoader(dataset, batch_size=max(1, bs // world), shuffle=shuffle,
+                                  collate_fn=collate, drop_last=drop_last)
+
+            return DataSource("creator", creator)
+
+        return (loader_adapter,)
+
+    def _require_model(self) -> None:
+        if self.spec.get("model") is None and self._state is None:
+            raise NotFittedError("this Estimator has no model: pass model=... to from_torch, or load() a saved "
+                                 "entire model first.")
+
+    # ------------------------------------------------------------ model I/O
+    def get_model(self) -> nn.Module:
+        """The trained ``nn.Module`` (a copy on the driver, in eval mode)."""
+        self._require_model()
+        runner = TorchRunner(dict(self.spec, threads=1))
+        runner.setup(Rendezvous(rank=0, world_size=1, master_addr="", master_port=0))
+        state = self.get_state()
+        if state is not None:
+            runner.set_state(state)
+        runner.model.eval()
+        return runner.model
+
+    def save(self, path: str, entire: bool = False) -> str:
+        """Save the model: a plain state dict (``torch.load(path, weights_only=True)`` opens it), or the
+        entire module with ``entire=True``. ``path`` may be local or an fsspec URL.
+
+        Returns:
+            ``path``.
+        """
+        import fsspec
+
+        model = self.get_model()
+        with fsspec.open(path, "wb") as fh:
+            torch.save(model if entire else model.state_dict(), fh)
+        return path
+
+    def load(self, path: str, weights_only: bool = True) -> None:
+        """Load a state dict written by :meth:`save` (or by plain ``torch.save(model.state_dict())``).
+
+        An entire pickled module needs ``weights_only=False`` (only for files you trust: unpickling can
+        run code).
+
+        Raises:
+            FileNotFoundError: ``path`` does not exist.
+        """
+        import fsspec
+
+        fs, _, (p,) = fsspec.get_fs_token_paths(path)
+        if not fs.exists(p):
+            raise FileNotFoundError(f"no saved model at {path!r}.")
+        with fsspec.open(path, "rb") as fh:
+            obj = torch.load(fh, weights_only=weights_only, map_location="cpu")
+        if isinstance(obj, nn.Module):
+            self.spec = dict(self.spec, model=obj)
+            sd = obj.state_dict()
+        else:
+            sd = obj
+        if self.spec.get("model") is None:
+            raise NotFittedError("load() of a state dict needs model=... in from_torch to load it into.")
+        state = self.get_state() if (self._state is not None or (self._ray and self._ray.started)) else None
+        if state is None:
+            model = build_model(self.spec["model"], self.spec.get("config") or {})
+            state = {"model": model.state_dict()}
+        state = dict(state, model=sd)
+        if self._ray is not None and self._ray.started and isinstance(obj, nn.Module):
+            self._ray.shutdown()
+        self.set_state(state)

@@ -1,0 +1,210 @@
+"""TorchRunner: one worker's model, optimizer and loss, kept in step with torch.distributed.
+
+After each local backward pass the flattened gradients are all-reduced (gloo, SUM) and
+divided by the world size; each batch's loss was first scaled by its share of the global
+batch, so the averaged gradient is exactly the global batch's gradient — also when a
+worker's share is uneven or empty (see :mod:`orca.core.engine.feed`).
+"""
+
+from __future__ import annotations
+
+import datetime
+import os
+from collections.abc import Iterator
+from typing import Any
+
+import numpy as np
+import torch
+import torch.distributed as dist
+from torch import nn
+
+from orca.core.engine.feed import Batch
+from orca.core.engine.runner import Rendezvous, Runner
+from orca.torch._spec import build_loss, build_model, build_optimizer
+
+
+def _tensor(a: Any, float_dtype: torch.dtype) -> torch.Tensor:
+    if not isinstance(a, torch.Tensor):
+        a = np.ascontiguousarray(a)
+        if not a.flags.writeable:  # Arrow and Ray hand out read-only buffers
+            a = a.copy()
+    t = a if isinstance(a, torch.Tensor) else torch.from_numpy(a)
+    if t.is_floating_point() and t.dtype != float_dtype:
+        return t.to(float_dtype)
+    if t.dtype in (torch.int32, torch.int16, torch.int8, torch.uint8):
+        return t.long()
+    return t
+
+
+def _outputs(out: Any) -> list[torch.Tensor]:
+    if isinstance(out, torch.Tensor):
+        return [out]
+    if isinstance(out, (list, tuple)):
+        return [o for o in out if isinstance(o, torch.Tensor)]
+    if isinstance(out, dict):
+        return [v for v in out.values() if isinstance(v, torch.Tensor)]
+    raise TypeError(f"the model returned {type(out).__name__}; return a tensor or a tuple of tensors.")
+
+
+class TorchRunner(Runner):
+    """Runs a torch model in one Orca worker."""
+
+    def setup(self, rendezvous: Rendezvous) -> None:
+        super().setup(rendezvous)
+        torch.set_num_threads(int(self.spec.get("threads", 1)))
+        seed = self.spec.get("seed")
+        if seed is not None:
+            torch.manual_seed(int(seed))
+        self.model: nn.Module = build_model(self.spec["model"], self.config)
+        self.model.train()
+        self.optimizer = build_optimizer(self.spec.get("optimizer"), self.model, self.config)
+        self.loss_fn = build_loss(self.spec.get("loss"), self.config)
+        creator = self.spec.get("scheduler_creator")
+        self.scheduler = creator(self.optimizer, self.config) if creator and self.optimizer else None
+        self.float_dtype = next((p.dtype for p in self.model.parameters() if p.is_floating_point()), torch.float32)
+        self.world = rendezvous.world_size
+        self.rank = rendezvous.rank
+        self.epoch = 0
+        if self.world > 1:
+            if dist.is_initialized():
+                dist.destroy_process_group()
+            timeout = datetime.timedelta(seconds=float(self.spec.get("timeout_s", 600)))
+            if rendezvous.master_addr.startswith("127."):
+                os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")  # keep gloo on loopback
+            dist.init_process_group("gloo", init_method=f"tcp://{rendezvous.master_addr}:{rendezvous.master_port}",
+                                    rank=self.rank, world_size=self.world, timeout=timeout)
+            with torch.no_grad():
+                for t in list(self.model.parameters()) + list(self.model.buffers()):
+                    dist.broadcast(t.data, src=0)
+
+    def shutdown(self) -> None:
+        if self.world > 1 and dist.is_initialized():
+            dist.destroy_process_group()
+
+    # ---------------------------------------------------------------- steps
+    def _loss(self, out: Any, y: list[torch.Tensor]) -> torch.Tensor:
+        if self.loss_fn is None:
+            raise ValueError("no loss was given to from_torch(loss=...); it is needed to train and evaluate.")
+        target: Any = y[0] if len(y) == 1 else y
+        first = out if isinstance(out, torch.Tensor) else None
+        if (first is not None and isinstance(target, torch.Tensor) and target.is_floating_point()
+                and first.dim() == target.dim() + 1 and first.shape[-1] == 1):
+            target = target.unsqueeze(-1)  # (n, 1) outputs against (n,) scalar targets
+        try:
+            return self.loss_fn(out, target)
+        except RuntimeError as exc:
+            msg = str(exc)
+            if "scalar type" in msg or "not implemented for" in msg or "expected" in msg.lower() and "type" in msg:
+                dtypes = [str(t.dtype) for t in y]
+                raise TypeError(f"the loss {type(self.loss_fn).__name__} rejected labels of dtype {dtypes}: {msg}. "
+                                "Cast the label column (e.g. to long for class indices, to float for regression)."
+                                ) from None
+            raise
+
+    def _forward(self, x: list[Any]) -> Any:
+        inputs = [_tensor(a, self.float_dtype) for a in x]
+        try:
+            return self.model(*inputs)
+        except RuntimeError as exc:
+            shapes = [tuple(t.shape) for t in inputs]
+            raise ValueError(f"the model's forward failed on input shape(s) {shapes}: {exc}") from None
+
+    def _sync_gradients(self) -> None:
+        params = [p for p in self.model.parameters() if p.requires_grad]
+        grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in params]
+        if self.world > 1:
+            flat = torch.cat([g.reshape(-1) for g in grads])
+            dist.all_reduce(flat, op=dist.ReduceOp.SUM)
+            flat /= self.world
+            offset = 0
+            for p in params:
+                n = p.numel()
+                p.grad = flat[offset:offset + n].view_as(p).clone()
+                offset += n
+        else:
+            for p, g in zip(params, grads, strict=True):
+                p.grad = g
+
+    def train_batch(self, batch: Batch) -> float:
+        if self.optimizer is None:
+            raise ValueError("no optimizer was given to from_torch(optimizer=...); it is needed to train.")
+        self.model.train()
+        self.optimizer.zero_grad(set_to_none=True)
+        value = 0.0
+        if batch.size > 0:
+            out = self._forward(batch.x)
+            loss = self._loss(out, [_tensor(a, self.float_dtype) for a in batch.y])
+            (loss * batch.weight).backward()
+            value = float(loss.detach())
+        self._sync_gradients()
+        self.optimizer.step()
+        return value
+
+    def eval_batch(self, batch: Batch) -> tuple[float, list[np.ndarray]]:
+        self.model.eval()
+        with torch.no_grad():
+            out = self._forward(batch.x)
+            loss = self._loss(out, [_tensor(a, self.float_dtype) for a in batch.y]) if self.loss_fn else None
+        self.model.train()
+        outs = [o.detach().cpu().numpy() for o in _outputs(out)]
+        return (float(loss) if loss is not None else float("nan")), outs
+
+    def predict_batch(self, batch: Batch) -> list[np.ndarray]:
+        self.model.eval()
+        with torch.no_grad():
+            out = self._forward(batch.x)
+        return [o.detach().cpu().numpy() for o in _outputs(out)]
+
+    def on_epoch_end(self, epoch: int) -> None:
+        self.epoch = epoch + 1
+        if self.scheduler is not None:
+            self.scheduler.step()
+        if self.world > 1:  # keep running statistics (BatchNorm) identical on every worker
+            with torch.no_grad():
+                for b in self.model.buffers():
+                    if b.is_floating_point():
+                        dist.all_reduce(b.data, op=dist.ReduceOp.SUM)
+                        b.data /= self.world
+
+    def native_batches(self, creator: Any, batch_size: int, training: bool) -> Iterator[Batch]:
+        from torch.utils.data import DataLoader, RandomSampler, Subset
+        from torch.utils.data.distributed import DistributedSampler
+
+        loader = creator(self.config, batch_size)
+        if not isinstance(loader, DataLoader):
+            raise TypeError(f"the data creator returned {type(loader).__name__}; return a torch DataLoader.")
+        if self.world > 1:
+            shuffle = isinstance(loader.sampler, RandomSampler)
+            kwargs = {"batch_size": loader.batch_size, "collate_fn": loader.collate_fn,
+                      "num_workers": loader.num_workers, "drop_last": loader.drop_last}
+            if training:
+                sampler = DistributedSampler(loader.dataset, num_replicas=self.world, rank=self.rank,
+                                             shuffle=shuffle, seed=int(self.spec.get("seed") or 0))
+                sampler.set_epoch(self.epoch)
+                loader = DataLoader(loader.dataset, sampler=sampler, **kwargs)
+            else:
+                idx = list(range(self.rank, len(loader.dataset), self.world))  # type: ignore[arg-type]
+                loader = DataLoader(Subset(loader.dataset, idx), **kwargs)
+        for item in loader:
+            if isinstance(item, dict):
+                raise TypeError("a DataLoader of dicts is not supported yet; yield (inputs..., target) tuples.")
+            items = list(item) if isinstance(item, (list, tuple)) else [item]
+            x, y = (items[:-1], items[-1:]) if len(items) > 1 else (items, [])
+            n = len(items[0])
+            yield Batch(x=x, y=y, size=n, weight=1.0, global_size=n * self.world)
+
+    # ---------------------------------------------------------------- state
+    def get_state(self) -> dict[str, Any]:
+        state: dict[str, Any] = {"model": {k: v.detach().cpu().clone() for k, v in self.model.state_dict().items()}}
+        if self.optimizer is not None:
+            state["optimizer"] = self.optimizer.state_dict()
+        if self.scheduler is not None:
+            state["scheduler"] = self.scheduler.state_dict()
+        return state
+
+    def set_state(self, state: dict[str, Any]) -> None:
+        self.model.load_state_dict(state["model"])
+        if self.optimizer is not None and state.get("optimizer"):
+            self.optimizer.load_state_dict(state["optimizer"])
+        if self.scheduler is not None and state.get("scheduler"):
+            self.scheduler.load_state_dict(state["scheduler"])
