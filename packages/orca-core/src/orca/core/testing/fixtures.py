@@ -3,10 +3,11 @@
 - ``orca_context``: one real local Orca context (Spark ``local[2]`` now, Ray on first use)
   for the whole test session; ``spark`` and ``ray_runtime`` hand out its engines.
 - ``spark_standalone_master``: the master URL of a real Spark standalone cluster (master and
-  one 2-core worker on 127.0.0.1), started once per session on first use.
-- ``ray_cluster_address``: the address of a real two-node Ray cluster on 127.0.0.1, started
-  once per session on first use; ``ray_cluster_env`` is the environment a driver attaching to
-  it needs.
+  one 2-core worker on 127.0.0.1), started on first use and stopped after the test module
+  (a cluster costs two JVMs or two Ray nodes: do not keep it for the whole session).
+- ``ray_cluster_address``: the address of a real two-node Ray cluster on 127.0.0.1, per
+  module like the Spark one; ``ray_cluster_handle`` is the whole :class:`RayCluster` and
+  ``ray_cluster_env`` the environment a driver attaching to it needs.
 
 Only one Orca context can be active in a process and the session shares ``orca_context``, so
 a test that attaches to a cluster runs its driver in a fresh interpreter with
@@ -45,27 +46,27 @@ def ray_runtime(orca_context: OrcaContext) -> Any:
     return orca_context.ray_runtime()
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def spark_standalone_master() -> Iterator[str]:
     """``spark://127.0.0.1:<port>`` of a standalone master with one 2-core, 1 GiB worker."""
     with spark_standalone_cluster(cores=2, memory="1g") as cluster:
         yield cluster.master_url
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def ray_cluster_handle() -> Iterator[RayCluster]:
     """A two-node Ray cluster (1 CPU per node) on 127.0.0.1, as a :class:`RayCluster`."""
     with ray_cluster(num_cpus_head=1, num_cpus_worker=1) as cluster:
         yield cluster
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def ray_cluster_address(ray_cluster_handle: RayCluster) -> str:
     """``127.0.0.1:<port>``: the GCS address of the two-node Ray cluster."""
     return ray_cluster_handle.address
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def ray_cluster_env(ray_cluster_handle: RayCluster) -> dict[str, str]:
     """Environment variables a driver attaching to the two-node Ray cluster should run with."""
     return dict(ray_cluster_handle.env)
