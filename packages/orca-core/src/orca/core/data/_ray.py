@@ -194,15 +194,21 @@ def _connect_ray_in_task(address: str) -> Any:
     # Orca's embedded Ray runs without token auth; the worker was forked before Ray started,
     # so it does not inherit that setting.
     os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+    loopback = address.rsplit(":", 1)[0] in ("127.0.0.1", "localhost")
+    if loopback:
+        # Ray rewrites a loopback address to the host's IP unless this is set (the driver
+        # sets it before starting its loopback-bound Ray; this worker was forked earlier).
+        os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"
     import ray
+    from ray._private import ray_constants
 
     if ray.is_initialized():
         if ray.get_runtime_context().gcs_address == address:
             return ray
         ray.shutdown()
-    host = address.rsplit(":", 1)[0]
     kwargs: dict[str, Any] = {}
-    if host in ("127.0.0.1", "localhost"):
+    if loopback:
+        ray_constants.ENABLE_RAY_CLUSTER = False  # read at import; ray may be imported already
         kwargs["_node_ip_address"] = "127.0.0.1"
     ray.init(
         address=address,
