@@ -130,3 +130,14 @@ def test_transform_shard_on_spark_is_lazy(spark: Any) -> None:
     assert calls.value == 0
     shards.collect()
     assert calls.value == 2
+
+
+def test_from_spark_df_public_map_in_arrow_route_gives_the_same_frames(spark: Any) -> None:
+    from orca.core.data._arrow import spark_df_to_pandas_rdd, spark_df_to_pandas_rdd_map_in_arrow
+
+    df = spark.range(0, 7, numPartitions=2).selectExpr("id", "id * 3 as t")
+    fast = spark_df_to_pandas_rdd(df).collect()
+    public = spark_df_to_pandas_rdd_map_in_arrow(df).collect()
+    assert len(fast) == len(public) == 2
+    for a, b in zip(fast, public, strict=True):
+        pd.testing.assert_frame_equal(a, b)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import atexit
 import functools
 import os
+import socket
 import threading
 import uuid
 import weakref
@@ -206,6 +207,7 @@ def _connect_ray_in_task(address: str) -> Any:
         if ray.get_runtime_context().gcs_address == address:
             return ray
         ray.shutdown()
+    _check_reachable(address)
     kwargs: dict[str, Any] = {}
     if loopback:
         ray_constants.ENABLE_RAY_CLUSTER = False  # read at import; ray may be imported already
@@ -218,6 +220,18 @@ def _connect_ray_in_task(address: str) -> Any:
         **kwargs,
     )
     return ray
+
+
+def _check_reachable(address: str, timeout_s: float = 15.0) -> None:
+    """Fail fast with the address named: ``ray.init`` retries an unreachable GCS for minutes."""
+    host, port = address.rsplit(":", 1)
+    try:
+        socket.create_connection((host, int(port)), timeout=timeout_s).close()
+    except OSError as exc:
+        raise ConnectionError(
+            f"This Spark task cannot reach the Ray cluster at {address} ({exc}); Spark executors "
+            "must be able to connect to Ray's GCS to move shards between Spark and Ray."
+        ) from exc
 
 
 def _put_in_spark_task(address: str, holder_name: str, it: Iterator[Any]) -> Iterator[bytes]:
