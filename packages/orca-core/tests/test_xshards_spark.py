@@ -141,3 +141,12 @@ def test_from_spark_df_public_map_in_arrow_route_gives_the_same_frames(spark: An
     assert len(fast) == len(public) == 2
     for a, b in zip(fast, public, strict=True):
         pd.testing.assert_frame_equal(a, b)
+
+
+def test_from_spark_df_then_to_spark_df_round_trips_decimal_and_array_columns(spark: Any) -> None:
+    df = spark.range(0, 2000, numPartitions=2).selectExpr(
+        "id", "id * 2.0 as dec", "array(id, id + 1) as arr", "cast(id as string) as s"
+    )
+    back = XShards.from_spark_df(df).to_spark_df()
+    got = sorted((r["id"], float(r["dec"]), list(r["arr"]), r["s"]) for r in back.collect())
+    assert got == [(i, i * 2.0, [i, i + 1], str(i)) for i in range(2000)]

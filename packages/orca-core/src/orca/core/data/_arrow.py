@@ -110,7 +110,7 @@ def shards_rdd_to_spark_df(rdd: Any) -> Any:
     first = rdd.mapPartitions(lambda it: [shard_to_record_batch(s).schema for s in _head(it)]).take(1)
     if not first:
         raise ValueError("to_spark_df() of an empty XShards: there is no shard to take columns from.")
-    schema: pa.Schema = first[0]
+    schema = _widen_decimals(first[0])
     spark_schema = from_arrow_schema(schema, prefer_timestamp_ntz=False)
     spark = SparkSession.getActiveSession() or SparkSession.builder.getOrCreate()
     blobs = rdd.mapPartitions(lambda it: [(pickle.dumps(list(it), protocol=pickle.HIGHEST_PROTOCOL),)])
@@ -125,6 +125,14 @@ def shards_rdd_to_spark_df(rdd: Any) -> Any:
                         yield out
 
     return blob_df.mapInArrow(to_batches, spark_schema)
+
+
+def _widen_decimals(schema: pa.Schema) -> pa.Schema:
+    """Decimal precision inferred from the first shard may be too small for the others."""
+    fields = [
+        f.with_type(pa.decimal128(38, f.type.scale)) if pa.types.is_decimal(f.type) else f for f in schema
+    ]
+    return pa.schema(fields)
 
 
 def _head(it: Iterator[Any]) -> list[Any]:
