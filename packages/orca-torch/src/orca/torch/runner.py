@@ -194,6 +194,9 @@ class TorchRunner(Runner):
             yield Batch(x=x, y=y, size=n, weight=1.0, global_size=n * self.world)
 
     # ---------------------------------------------------------------- state
+    def weights(self) -> list[np.ndarray]:
+        return [p.detach().cpu().numpy() for p in self.model.parameters()]
+
     def get_state(self) -> dict[str, Any]:
         state: dict[str, Any] = {"model": {k: v.detach().cpu().clone() for k, v in self.model.state_dict().items()}}
         if self.optimizer is not None:

@@ -81,6 +81,19 @@ def _local_parts(data: Any, arg: str) -> list[Part]:
     raise TypeError(f"{arg}: unsupported in-process data {type(data).__name__}")
 
 
+def _shard_verdict(shard: Any, fcols: list[str] | None, lcols: list[str] | None, need_labels: bool,
+                   arg: str) -> tuple[str, str] | None:
+    """None when the shard can feed a model, else (exception type name, message)."""
+    try:
+        part = shard_to_part(shard, fcols, lcols)
+        check_part(part, need_labels, arg)
+    except KeyError as exc:
+        return "ValueError", f"{arg}: {exc.args[0]}"
+    except (TypeError, ValueError) as exc:
+        return type(exc).__name__, f"{arg}: {exc}" if not str(exc).startswith(arg) else str(exc)
+    return None
+
+
 def spark_column_check(
     df: Any, feature_cols: list[str], label_cols: list[str], arg: str, allow_strings: bool = False
 ) -> None:
@@ -183,12 +196,15 @@ def get_data_source(
             raise ValueError(f"{arg}: columns {missing} not found; the Ray Dataset has columns {names}.")
         return DataSource("ray_dataset", data, fcols, lcols or [])
     if _is_xshards(data):
-        first = data.first_shard() if hasattr(data, "first_shard") else data.collect()[0]
+        # validate the first shard where it lives; only the verdict comes back
+        labels = lcols if need_labels else (lcols or [])
         try:
-            part = shard_to_part(first, fcols, lcols if need_labels else (lcols or []))
-        except KeyError as exc:
-            raise ValueError(f"{arg}: {exc.args[0]}") from None
-        check_part(part, need_labels, arg)
+            verdict = data._first_map(lambda shard: _shard_verdict(shard, fcols, labels, need_labels, arg))
+        except IndexError:
+            raise ValueError(f"{arg} is an empty XShards (no shards).") from None
+        if verdict is not None:
+            kind, message = verdict
+            raise {"TypeError": TypeError}.get(kind, ValueError)(message)
         return DataSource("xshards", data, fcols, lcols)
     if isinstance(data, (np.ndarray, dict)) or (isinstance(data, tuple) and len(data) == 2):
         try:

@@ -30,6 +30,9 @@ def arrow_column_to_numpy(col: pa.Array | pa.ChunkedArray, name: str) -> np.ndar
             f"column {name!r} has {col.null_count} null value(s); drop or fill them first "
             f"(df.na.drop(subset=[{name!r}]) or df.na.fill(...))."
         )
+    if isinstance(col.type, pa.ExtensionType):  # e.g. Ray Data's tensor columns know their shape
+        values = col.to_numpy(zero_copy_only=False)
+        return np.stack(values) if values.dtype == object else values
     shape = [len(col)]
     arr = col
     while pa.types.is_list(arr.type) or pa.types.is_large_list(arr.type) or pa.types.is_fixed_size_list(arr.type):

@@ -98,6 +98,20 @@ class BaseEstimator:
                 self._ray.set_state(self._state)
         return self._ray
 
+    def _prepare_ray_sources(self, *sources: DataSource | None) -> None:
+        """Run a Ray Dataset's pending transforms now: its tasks need CPUs that the actors hold,
+        so the actors step aside (state kept on the driver) while it materializes."""
+        pending = [s for s in sources if s is not None and s.kind == "ray_dataset"
+                   and type(s.obj).__name__ != "MaterializedDataset"]
+        if not pending:
+            return
+        if self._ray is not None and self._ray.started:
+            self._state = self._ray.get_state()
+            self._ray.shutdown()
+        for s in pending:
+            cols = list(s.feature_cols or []) + [c for c in (s.label_cols or []) if c not in (s.feature_cols or [])]
+            s.obj = s.obj.select_columns(cols).materialize()
+
     def _spark_group(self) -> SparkWorkerGroup:
         return SparkWorkerGroup(self.runner_cls, self.spec, self.num_workers, self._threads())
 
@@ -157,9 +171,12 @@ class BaseEstimator:
                        max_steps=max_steps, metrics=self.metrics, start_epoch=self._epoch,
                        callbacks=list(callbacks or []))
         if self.launcher == "ray":
+            self._prepare_ray_sources(src, val)
             history = self._ray_group().fit(src, val, args)
         else:
-            history, self._state = self._spark_group().fit(self._state, src, val, args)
+            group = self._spark_group()
+            history, self._state = group.fit(self._state, src, val, args)
+            self._spark_digests = group.last_digests
         self._epoch += len(history)
         if not reduce_results:
             return History([[dict(h) for _ in range(self.num_workers)] for h in history])
@@ -175,6 +192,7 @@ class BaseEstimator:
         self._check_batch_size(batch_size)
         src = self._source(data, feature_cols, label_cols, True, "data")
         if self.launcher == "ray":
+            self._prepare_ray_sources(src)
             states = self._ray_group().evaluate(src, batch_size, self.metrics)
         else:
             states = self._spark_group().evaluate(self._state, src, batch_size, self.metrics)
@@ -204,6 +222,7 @@ class BaseEstimator:
             return predict_spark_shards(self.runner_cls, self.spec, state, src.obj, src.feature_cols,
                                         batch_size, output_cols, self._threads())
         if self.launcher == "ray":
+            self._prepare_ray_sources(src)
             outs = self._ray_group().predict(src, batch_size)
         else:
             outs = self._spark_group().predict_local(state, src, batch_size)
@@ -214,15 +233,23 @@ class BaseEstimator:
     def _shards_with_predictions(self, src: DataSource, outs: list[np.ndarray], output_cols: Any) -> Any:
         from orca.core.data import XShards
 
-        shards = src.obj.collect()
-        result, start = [], 0
-        for shard in shards:
-            from orca.core.engine.convert import part_rows, shard_to_part
+        from orca.core.engine.convert import part_rows, shard_to_part
 
+        result, start = [], 0
+        for shard in src.obj.collect():
             n = part_rows(shard_to_part(shard, src.feature_cols, None))
             result.append(add_predictions(shard, [o[start:start + n] for o in outs], output_cols))
             start += n
-        return XShards.partition_shards(result) if hasattr(XShards, "partition_shards") else type(src.obj).from_list(result)
+        return XShards.from_list(result, backend="ray" if hasattr(src.obj, "refs") else "local")
+
+    def worker_weight_digests(self) -> list[str]:
+        """Digests of every worker's weights (after the last ``fit`` for the spark backend).
+
+        All equal means every replica holds bit-identical weights.
+        """
+        if self.launcher == "ray":
+            return self._ray_group().weight_digests()
+        return list(getattr(self, "_spark_digests", []))
 
     # ------------------------------------------------------------- state
     def get_state(self) -> Any:

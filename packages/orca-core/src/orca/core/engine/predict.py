@@ -81,7 +81,9 @@ def predict_dataframe(runner_cls: Any, spec: dict[str, Any], state: Any, df: Any
     clash = [n for n in names if n in df.columns]
     if clash:
         raise ValueError(f"predict: output column(s) {clash} already exist in the DataFrame; pass output_cols=[...].")
-    types = [_arrow_type(p) for p in probe]
+    # an (n, 1) output becomes a scalar column, the shape users expect of one prediction per row
+    squeeze = [p.ndim == 2 and p.shape[1] == 1 for p in probe]
+    types = [_arrow_type(p[:, 0] if sq else p) for p, sq in zip(probe, squeeze, strict=True)]
     # feature columns as arrays (ml Vectors cannot cross Arrow), alongside the untouched columns
     tmp = [f"__orca_x{i}" for i in range(len(feature_cols))]
     inner = df.select("*", *[_as_array(df, c).alias(t) for c, t in zip(feature_cols, tmp, strict=True)])
@@ -98,8 +100,8 @@ def predict_dataframe(runner_cls: Any, spec: dict[str, Any], state: Any, df: Any
             part = table_to_part(rb, tmp, [])
             outs = run_predict(runner, Feed(part["x"]), batch_size)
             cols = [rb.column(rb.schema.get_field_index(c)) for c in keep]
-            for arr, typ in zip(outs, types, strict=True):
-                cols.append(_arrow_column(arr, typ))
+            for arr, typ, sq in zip(outs, types, squeeze, strict=True):
+                cols.append(_arrow_column(arr[:, 0] if sq else arr, typ))
             yield pa.RecordBatch.from_arrays(cols, names=keep + names)
 
     return inner.mapInArrow(task, out_schema)
@@ -140,6 +142,8 @@ def add_predictions(shard: Any, outs: list[np.ndarray], output_cols: Sequence[st
     if isinstance(shard, pd.DataFrame):
         shard = shard.copy()
         for name, arr in zip(names, outs, strict=True):
+            if arr.ndim == 2 and arr.shape[1] == 1:
+                arr = arr[:, 0]
             shard[name] = list(arr) if arr.ndim > 1 else arr
         return shard
     out = dict(shard)

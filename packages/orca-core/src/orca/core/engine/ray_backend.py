@@ -126,9 +126,11 @@ def _load_slices(slices: Sequence[Slice]) -> Feed:
 class _Worker:
     """The actor: hosts one framework runner."""
 
-    def __init__(self, runner_cls: Any, spec: dict[str, Any], threads: int) -> None:
+    def __init__(self, runner_cls: Any, spec_blob: bytes, threads: int) -> None:
+        import cloudpickle
+
         os.environ["OMP_NUM_THREADS"] = str(threads)
-        self.runner = runner_cls(dict(spec, threads=threads))
+        self.runner = runner_cls(dict(cloudpickle.loads(spec_blob), threads=threads))
         self.feed_key: Any = None
         self.feed: Feed | None = None
 
@@ -147,13 +149,18 @@ class _Worker:
     def get_state(self) -> dict[str, Any]:
         return self.runner.get_state()
 
-    def call(self, fn: Any, *args: Any) -> Any:
-        """Run ``fn(runner, *args)`` here (save a checkpoint, read a model)."""
-        return fn(self.runner, *args)
+    def call(self, fn_blob: bytes) -> Any:
+        """Run ``fn(runner)`` here (save a checkpoint, read weights)."""
+        import cloudpickle
+
+        return cloudpickle.loads(fn_blob)(self.runner)
 
     def fit(self, slices: list[Slice], val_slices: list[Slice] | None, counts: list[int],
-            store: Any, args: FitArgs, timeout_s: float) -> list[dict[str, Any]]:
+            store: Any, args_blob: bytes, timeout_s: float) -> list[dict[str, Any]]:
+        import cloudpickle
+
         try:
+            args: FitArgs = cloudpickle.loads(args_blob)
             feed = _load_slices(slices) if args.creator is None else None
             val = _load_slices(val_slices) if val_slices else None
             rank = self.rendezvous.rank
@@ -162,10 +169,13 @@ class _Worker:
         except Exception as exc:
             raise _wrap(exc, self.rendezvous.rank) from None
 
-    def evaluate(self, slices: list[Slice], creator: Any, batch_size: int, metrics: Any) -> dict[str, Any]:
+    def evaluate(self, slices: list[Slice], blob: bytes, batch_size: int) -> dict[str, Any]:
+        import cloudpickle
+
         from orca.core.engine.metrics import make_metrics
 
         try:
+            creator, metrics = cloudpickle.loads(blob)
             if creator is not None:
                 batches = self.runner.native_batches(creator, batch_size, training=False)
             else:
@@ -182,6 +192,21 @@ class _Worker:
 
     def shutdown(self) -> None:
         self.runner.shutdown()
+
+
+def _free_cpus(need: float, wait_s: float = 10.0) -> float:
+    """Free CPUs in the Ray cluster, waiting briefly for recently killed actors to release theirs."""
+    ray = _ray()
+    deadline = time.monotonic() + wait_s
+    while True:
+        free = float(ray.available_resources().get("CPU", 0.0))
+        if free >= need or time.monotonic() > deadline:
+            return free
+        time.sleep(0.25)
+
+
+def _digest(runner: Any) -> str:
+    return runner.weights_digest()
 
 
 class _WorkerFailure(Exception):
@@ -305,8 +330,19 @@ class RayWorkerGroup:
                 f"{self.num_workers} workers x {self.cpus_per_worker} CPUs need more than the Ray cluster's "
                 f"{total} CPUs; lower workers_per_node or add nodes."
             )
+        need = self.num_workers * self.cpus_per_worker
+        free = _free_cpus(need)
+        if free < need:
+            raise RuntimeError(
+                f"Ray has {free:g} free CPUs but {self.num_workers} workers need {need}; other Ray work (often "
+                "another Estimator's workers) holds the rest. Call shutdown() on Estimators you are done with."
+            )
         worker_cls = ray.remote(num_cpus=self.cpus_per_worker, max_concurrency=2)(_Worker)
-        self.actors = [worker_cls.remote(self.runner_cls, self.spec, self.cpus_per_worker)
+        import cloudpickle
+
+        # user classes (models, callbacks) travel by value; see orca.core.engine.runner
+        spec_blob = cloudpickle.dumps(self.spec)
+        self.actors = [worker_cls.remote(self.runner_cls, spec_blob, self.cpus_per_worker)
                        for _ in range(self.num_workers)]
         self.holder = ray.remote(num_cpus=0)(_Holder).remote()
         try:
@@ -358,8 +394,9 @@ class RayWorkerGroup:
             shards = source.obj
             fcols, lcols = source.feature_cols, source.label_cols if need_labels else None
             if hasattr(shards, "refs"):
-                conv = ray.remote(lambda s: (lambda p: (p, part_rows(p)))(shard_to_part(s, fcols, lcols)))
-                pairs = ray.get([conv.options(num_returns=1).remote(r) for r in shards.refs])
+                # num_cpus=0: the actors may hold every CPU
+                conv = ray.remote(num_cpus=0)(lambda s: (lambda p: (p, part_rows(p)))(shard_to_part(s, fcols, lcols)))
+                pairs = ray.get([conv.remote(r) for r in shards.refs])
                 refs = [(ray.put(p), n) for p, n in pairs]
             else:
                 refs = []
@@ -369,8 +406,8 @@ class RayWorkerGroup:
         elif source.kind == "ray_dataset":
             fcols = list(source.feature_cols or [])
             lcols = list(source.label_cols or []) if need_labels else []
-            tables = source.obj.select_columns(fcols + lcols).to_arrow_refs()
-            conv = ray.remote(num_returns=2)(lambda t: (lambda p: (p, part_rows(p)))(table_to_part(t, fcols, lcols)))
+            tables = source.obj.to_arrow_refs()  # materialized by the estimator before the actors start
+            conv = ray.remote(num_returns=2, num_cpus=0)(lambda t: (lambda p: (p, part_rows(p)))(table_to_part(t, fcols, lcols)))
             pairs = [conv.remote(t) for t in tables]
             counts = ray.get([p[1] for p in pairs])
             refs = [(p[0], n) for p, n in zip(pairs, counts, strict=True)]
@@ -403,9 +440,12 @@ class RayWorkerGroup:
             args.val_creator, val_slices = val_source.obj, None
         if source.kind == "creator":
             args.creator = source.obj
+        import cloudpickle
+
         store = ray.remote(num_cpus=0)(_Store).remote(self.num_workers)
+        args_blob = cloudpickle.dumps(args)
         try:
-            refs = [a.fit.remote(slices[r], val_slices[r] if val_slices else None, counts, store, args,
+            refs = [a.fit.remote(slices[r], val_slices[r] if val_slices else None, counts, store, args_blob,
                                  self.timeout_s) for r, a in enumerate(self.actors)]
             return self._get(refs, "fit")[0]
         finally:
@@ -418,8 +458,11 @@ class RayWorkerGroup:
         slices, _ = self.slices(source, need_labels=True)
         creator = source.obj if source.kind == "creator" else None
         local_bs = max(1, batch_size // self.num_workers)
+        import cloudpickle
+
+        blob = cloudpickle.dumps((creator, metrics))
         try:
-            return self._get([a.evaluate.remote(slices[r], creator, local_bs, metrics)
+            return self._get([a.evaluate.remote(slices[r], blob, local_bs)
                               for r, a in enumerate(self.actors)], "evaluate")
         finally:
             self.release(slices)
@@ -450,10 +493,19 @@ class RayWorkerGroup:
         ref = ray.put(state)
         self._get([a.set_state.remote(ref) for a in self.actors], "set_state")
 
-    def call_rank0(self, fn: Any, *args: Any) -> Any:
-        """Run ``fn(runner, *args)`` in rank 0."""
+    def weight_digests(self) -> list[str]:
+        """Every actor's weight digest, by rank."""
         self.start()
-        return self._get([self.actors[0].call.remote(fn, *args)], "call")[0]
+        import cloudpickle
+
+        return self._get([a.call.remote(cloudpickle.dumps(_digest)) for a in self.actors], "weights")
+
+    def call_rank0(self, fn: Any) -> Any:
+        """Run ``fn(runner)`` in rank 0."""
+        import cloudpickle
+
+        self.start()
+        return self._get([self.actors[0].call.remote(cloudpickle.dumps(fn))], "call")[0]
 
     def shutdown(self) -> None:
         """Kill the actors (no wait on a stuck one)."""

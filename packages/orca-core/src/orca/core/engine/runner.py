@@ -115,6 +115,19 @@ class Runner(abc.ABC):
     def set_state(self, state: dict[str, Any]) -> None:
         """Restore a state from :meth:`get_state`."""
 
+    def weights(self) -> list[np.ndarray]:
+        """The model's trainable weights as numpy arrays (used to check workers agree)."""
+        return []
+
+    def weights_digest(self) -> str:
+        """A digest of :meth:`weights`: equal on two workers iff their weights are bit-identical."""
+        import hashlib
+
+        h = hashlib.sha256()
+        for w in self.weights():
+            h.update(np.ascontiguousarray(w).tobytes())
+        return h.hexdigest()
+
     def save_checkpoint(self, path: str, epoch: int) -> None:
         """Write a checkpoint (state plus ``epoch``) to ``path`` (local or fsspec URL)."""
         import cloudpickle

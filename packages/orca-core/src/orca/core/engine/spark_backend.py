@@ -10,6 +10,7 @@ merges small per-partition results (evaluation) or Spark keeps the output (predi
 from __future__ import annotations
 
 import base64
+import contextlib
 import json
 import traceback
 from collections.abc import Iterator
@@ -68,8 +69,9 @@ def _barrier_worker(job: dict[str, Any], train_parts: list[Part], val_parts: lis
             feed = None  # type: ignore[assignment]
         history = run_fit(runner, feed, val, counts, rank, SparkCollective(ctx), args)
         state = runner.get_state() if rank == 0 else None
+        digest = runner.weights_digest()
         runner.shutdown()
-        return cloudpickle.dumps({"rank": rank, "history": history, "state": state})
+        return cloudpickle.dumps({"rank": rank, "history": history, "state": state, "digest": digest})
     except Exception as exc:  # noqa: BLE001 - travels back to the driver with its traceback
         return cloudpickle.dumps({"rank": rank, "error": f"{type(exc).__name__}: {exc}",
                                   "traceback": "".join(traceback.format_exception(exc))})
@@ -81,6 +83,17 @@ def _raise_first_error(results: list[dict[str, Any]], what: str) -> None:
         first = min(errors, key=lambda r: r["rank"])
         raise OrcaWorkerError(f"Orca worker {first['rank']} failed during {what}: {first['error']}",
                               rank=first["rank"], worker_traceback=first["traceback"])
+
+
+@contextlib.contextmanager
+def spark_errors(what: str) -> Iterator[None]:
+    """Turn a failed Spark job into one OrcaWorkerError carrying the Python worker's traceback."""
+    try:
+        yield
+    except Exception as exc:
+        if type(exc).__name__ in ("Py4JJavaError", "PythonException", "SparkRuntimeException"):
+            raise _spark_error(exc, what) from None
+        raise
 
 
 def _spark_error(exc: Exception, what: str) -> OrcaWorkerError:
@@ -103,6 +116,8 @@ class SparkWorkerGroup:
 
     def __init__(self, runner_cls: Any, spec: dict[str, Any], num_workers: int, threads: int) -> None:
         self.runner_cls, self.spec, self.num_workers, self.threads = runner_cls, spec, num_workers, threads
+        #: weight digests of every rank at the end of the last fit
+        self.last_digests: list[str] = []
 
     @staticmethod
     def spark() -> Any:
@@ -134,19 +149,17 @@ class SparkWorkerGroup:
         bc = sc.broadcast(cloudpickle.dumps(job))
         n = self.num_workers
         try:
-            if source.kind == "dataframe" and (val_source is None or val_source.kind == "dataframe"):
-                raw = self._fit_dataframe(bc, source, val_source)
-            else:
-                raw = self._fit_rdd(bc, source, val_source)
-        except Exception as exc:
-            if type(exc).__name__ in ("Py4JJavaError", "PythonException", "SparkRuntimeException"):
-                raise _spark_error(exc, "fit") from None
-            raise
+            with spark_errors("fit"):
+                if source.kind == "dataframe" and (val_source is None or val_source.kind == "dataframe"):
+                    raw = self._fit_dataframe(bc, source, val_source)
+                else:
+                    raw = self._fit_rdd(bc, source, val_source)
         finally:
             bc.destroy()
         results = [cloudpickle.loads(r) for r in raw]
         _raise_first_error(results, "fit")
         rank0 = next(r for r in results if r["rank"] == 0)
+        self.last_digests = [r["digest"] for r in sorted(results, key=lambda r: r["rank"])]
         assert len(results) == n
         return rank0["history"], rank0["state"]
 
@@ -181,7 +194,10 @@ class SparkWorkerGroup:
 
     def _fit_rdd(self, bc: Any, source: DataSource, val_source: DataSource | None) -> list[bytes]:
         n = self.num_workers
-        rdd = _tagged_parts_rdd(self.spark(), source, 0, True)
+        if source.kind == "creator":  # each worker builds its own loader; tasks only need to exist
+            rdd = self.spark().sparkContext.parallelize([], n)
+        else:
+            rdd = _tagged_parts_rdd(self.spark(), source, 0, True)
         if val_source is not None and val_source.kind != "creator":
             rdd = rdd.union(_tagged_parts_rdd(self.spark(), val_source, 1, True))
         keyed = rdd.zipWithIndex().map(lambda t: (t[1] % n, t[0]))
@@ -207,12 +223,24 @@ class SparkWorkerGroup:
             runner = _cached_runner(bc)
             return cloudpickle.dumps(evaluate_feed(runner, Feed.concat(parts).batches(local_bs), make_metrics(metrics)))
 
+        if source.kind == "creator":  # one task reads the whole loader
+            creator = source.obj
+
+            def evaluate_creator(_: Any) -> list[bytes]:
+                runner = _cached_runner(bc)
+                batches = runner.native_batches(creator, batch_size, training=False)
+                return [cloudpickle.dumps(evaluate_feed(runner, batches, make_metrics(metrics)))]
+
+            try:
+                with spark_errors("evaluate"):
+                    raw = self.spark().sparkContext.parallelize([0], 1).mapPartitions(evaluate_creator).collect()
+            finally:
+                bc.unpersist()
+            return [cloudpickle.loads(r) for r in raw]
+
         try:
-            raw = self._map_parts(source, evaluate_parts, need_labels=True)
-        except Exception as exc:
-            if type(exc).__name__ in ("Py4JJavaError", "PythonException"):
-                raise _spark_error(exc, "evaluate") from None
-            raise
+            with spark_errors("evaluate"):
+                raw = self._map_parts(source, evaluate_parts, need_labels=True)
         finally:
             bc.unpersist()
         return [cloudpickle.loads(r) for r in raw]
@@ -245,7 +273,8 @@ class SparkWorkerGroup:
             return cloudpickle.dumps(run_predict(runner, Feed.concat(parts), batch_size))
 
         try:
-            outs = [cloudpickle.loads(r) for r in self._map_parts(source, predict_parts, need_labels=False)]
+            with spark_errors("predict"):
+                outs = [cloudpickle.loads(r) for r in self._map_parts(source, predict_parts, need_labels=False)]
         finally:
             bc.unpersist()
         outs = [o for o in outs if o]

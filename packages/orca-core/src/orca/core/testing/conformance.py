@@ -1,0 +1,165 @@
+"""The Estimator conformance suite every framework package runs against its own Estimator.
+
+Subclass :class:`EstimatorConformance` in a test module (the subclass name must start
+with ``Test``), provide a ``backend`` fixture and the hooks below, and set capability
+flags; pytest collects every inherited test:
+
+    class TestTorchConformance(EstimatorConformance):
+        @pytest.fixture(params=["ray", "spark"])
+        def backend(self, request):
+            return request.param
+
+        def make_estimator(self, backend): ...
+        def single_process_predict(self, est, x): ...
+
+The task is a 4-input, 1-output linear regression, so every framework can state it and
+its results are known: the loss falls towards zero and the learned model's predictions
+can be recomputed in one process.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+
+from orca.core.engine.errors import OrcaWorkerError
+
+NUM_FEATURES = 4
+TRUE_W = np.array([1.5, -2.0, 0.5, 3.0], np.float32)
+TRUE_B = 0.25
+
+
+def regression_arrays(rows: int = 256, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """``x`` (rows, 4) float32 and ``y = x @ w + b`` (rows,) float32."""
+    rng = np.random.default_rng(seed)
+    x = rng.normal(size=(rows, NUM_FEATURES)).astype(np.float32)
+    return x, (x @ TRUE_W + TRUE_B).astype(np.float32)
+
+
+class EstimatorConformance:
+    """Behaviours every Orca Estimator must have. See the module docstring."""
+
+    #: capability flags
+    supports_fit: bool = True
+    supports_save: bool = True
+    epochs: int = 8
+    batch_size: int = 32
+    #: predictions must match the single-process model within this
+    atol: float = 1e-5
+
+    # ------------------------------------------------------------ hooks
+    def make_estimator(self, backend: str) -> Any:
+        """A fresh Estimator for the 4-input linear task on ``backend`` with 2 workers."""
+        raise NotImplementedError
+
+    def single_process_predict(self, est: Any, x: np.ndarray) -> np.ndarray:
+        """Predict ``x`` with the plain framework model taken from ``est`` (no Orca workers)."""
+        raise NotImplementedError
+
+    # ------------------------------------------------------------ fixtures
+    @pytest.fixture(scope="class")
+    @classmethod
+    def data(cls, orca_context: Any) -> dict[str, Any]:
+        import pandas as pd
+
+        x, y = regression_arrays()
+        spark = orca_context.spark_session()
+        df = spark.createDataFrame(pd.DataFrame({"x": list(x), "y": y})).repartition(2)
+        return {"x": x, "y": y, "df": df}
+
+    @pytest.fixture
+    def trained(self, backend: str, data: dict[str, Any]) -> Any:
+        if not self.supports_fit:
+            pytest.skip("this Estimator is inference-only")
+        est = self.make_estimator(backend)
+        history = est.fit(data["df"], epochs=self.epochs, batch_size=self.batch_size, feature_cols=["x"],
+                          label_cols=["y"])
+        est._conformance_history = history
+        yield est
+        est.shutdown()
+
+    # ------------------------------------------------------------ tests
+    @pytest.mark.timeout(300)
+    def test_fit_lowers_the_loss(self, trained: Any) -> None:
+        losses = trained._conformance_history.history["train_loss"]
+        assert len(losses) == self.epochs
+        assert losses[-1] < losses[0] * 0.2
+
+    @pytest.mark.timeout(300)
+    def test_fit_reports_global_sample_count(self, trained: Any, data: dict[str, Any]) -> None:
+        assert trained._conformance_history[-1]["num_samples"] == len(data["x"])
+
+    @pytest.mark.timeout(300)
+    def test_weights_identical_on_every_worker(self, trained: Any) -> None:
+        digests = trained.worker_weight_digests()
+        assert len(digests) == trained.num_workers >= 2
+        assert len(set(digests)) == 1
+
+    @pytest.mark.timeout(300)
+    def test_evaluate_matches_single_process_mse(self, trained: Any, data: dict[str, Any]) -> None:
+        stats = trained.evaluate(data["df"], batch_size=64, feature_cols=["x"], label_cols=["y"])
+        pred = self.single_process_predict(trained, data["x"]).reshape(-1)
+        expected = float(np.mean((pred - data["y"]) ** 2))
+        assert stats["num_samples"] == len(data["x"])
+        assert stats["val_loss"] == pytest.approx(expected, rel=1e-3, abs=1e-6)
+
+    @pytest.mark.timeout(300)
+    def test_predict_matches_single_process_model(self, trained: Any, data: dict[str, Any]) -> None:
+        out = trained.predict(data["df"], feature_cols=["x"]).toPandas()
+        got = np.stack(out["prediction"].to_numpy()).reshape(-1)
+        xs = np.stack(out["x"].to_numpy()).astype(np.float32)
+        expected = self.single_process_predict(trained, xs).reshape(-1)
+        np.testing.assert_allclose(got, expected, atol=self.atol, rtol=1e-5)
+        arr = np.asarray(trained.predict(data["x"])).reshape(-1)
+        np.testing.assert_allclose(arr, self.single_process_predict(trained, data["x"]).reshape(-1),
+                                   atol=self.atol, rtol=1e-5)
+
+    @pytest.mark.timeout(300)
+    def test_save_load_round_trip_keeps_predictions(self, trained: Any, data: dict[str, Any], backend: str,
+                                                    tmp_path: Any) -> None:
+        if not self.supports_save:
+            pytest.skip("no save")
+        path = str(tmp_path / "model.bin")
+        trained.save(path)
+        before = np.asarray(trained.predict(data["x"]))
+        trained.shutdown()  # one worker group at a time on a small machine
+        fresh = self.make_estimator(backend)
+        try:
+            fresh.load(path)
+            np.testing.assert_allclose(np.asarray(fresh.predict(data["x"])), before, atol=1e-6)
+        finally:
+            fresh.shutdown()
+
+    @pytest.mark.timeout(120)
+    def test_unknown_feature_column_is_rejected_on_the_driver(self, backend: str, data: dict[str, Any]) -> None:
+        est = self.make_estimator(backend)
+        try:
+            with pytest.raises(ValueError, match="nope"):
+                if self.supports_fit:
+                    est.fit(data["df"], epochs=1, batch_size=32, feature_cols=["nope"], label_cols=["y"])
+                else:
+                    est.predict(data["df"], feature_cols=["nope"])
+        finally:
+            est.shutdown()
+
+    @pytest.mark.timeout(120)
+    def test_unsupported_data_type_is_rejected(self, backend: str) -> None:
+        est = self.make_estimator(backend)
+        try:
+            with pytest.raises(TypeError, match="not supported"):
+                est.predict("not data")
+        finally:
+            est.shutdown()
+
+    @pytest.mark.timeout(300)
+    def test_worker_failure_surfaces_on_the_driver(self, backend: str, data: dict[str, Any]) -> None:
+        """A shape the model cannot take fails in the workers and comes back as one clear error."""
+        est = self.make_estimator(backend)
+        bad = np.zeros((8, NUM_FEATURES + 3), np.float32)
+        try:
+            with pytest.raises((OrcaWorkerError, ValueError)):
+                est.predict(bad, batch_size=4)
+        finally:
+            est.shutdown()

@@ -1,0 +1,40 @@
+import numpy as np
+import pytest
+import torch
+from torch import nn
+
+pytest_plugins = ["orca.core.testing.fixtures"]
+
+
+@pytest.fixture(params=["ray", "spark"])
+def backend(request):
+    """Every behaviour is checked on both backends."""
+    return request.param
+
+
+def sgd(lr):
+    return lambda model, config: torch.optim.SGD(model.parameters(), lr=lr)
+
+
+class LinearNet(nn.Module):
+    def __init__(self, n_in=4):
+        super().__init__()
+        self.fc = nn.Linear(n_in, 1)
+
+    def forward(self, x):
+        return self.fc(x)
+
+
+def predict_plain(model, x):
+    with torch.no_grad():
+        return model(torch.from_numpy(np.asarray(x, np.float32))).numpy()
+
+
+def pytest_collection_modifyitems(session, config, items):
+    """Models and callbacks defined in test modules travel to the workers by value."""
+    import sys
+
+    import cloudpickle
+
+    for name in {item.module.__name__ for item in items} | {__name__}:
+        cloudpickle.register_pickle_by_value(sys.modules[name])

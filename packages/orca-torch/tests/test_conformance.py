@@ -1,0 +1,18 @@
+"""orca-core's Estimator conformance suite, run against orca.torch on both backends."""
+
+import torch
+from conftest import LinearNet, predict_plain, sgd
+from torch import nn
+
+from orca.core.testing.conformance import EstimatorConformance
+from orca.torch import Estimator
+
+
+class TestTorchConformance(EstimatorConformance):
+    def make_estimator(self, backend):
+        torch.manual_seed(0)
+        return Estimator.from_torch(model=LinearNet(), optimizer=sgd(0.05), loss=nn.MSELoss(), backend=backend,
+                                    workers_per_node=2)
+
+    def single_process_predict(self, est, x):
+        return predict_plain(est.get_model(), x)

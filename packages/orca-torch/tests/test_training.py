@@ -1,0 +1,239 @@
+"""Training correctness of orca.torch on both backends: exact data-parallel SGD, replicas in
+step, a real CNN, every input type and awkward partitionings."""
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+from conftest import LinearNet, predict_plain, sgd
+from torch import nn
+
+from orca.core.data import XShards
+from orca.torch import Estimator
+
+pytestmark = pytest.mark.timeout(300)
+
+
+def one_weight_model():
+    model = nn.Linear(1, 1, bias=False)
+    with torch.no_grad():
+        model.weight.fill_(0.5)
+    return model
+
+
+def expected_sgd_weight(x, y, w, lr, batches):
+    for idx in batches:
+        xb, yb = x[idx], y[idx]
+        w = w - lr * np.mean(2 * (w * xb - yb) * xb)
+    return w
+
+
+def test_data_parallel_sgd_equals_single_process_on_the_same_global_batches(orca_context, backend):
+    x = (np.arange(1, 9, dtype=np.float64) / 8).reshape(-1, 1).astype(np.float32)
+    y = (2 * x).astype(np.float32)
+    est = Estimator.from_torch(model=one_weight_model(), optimizer=sgd(0.1), loss=nn.MSELoss(), backend=backend,
+                               workers_per_node=2)
+    try:
+        est.fit({"x": x, "y": y}, epochs=2, batch_size=4, shuffle=False)
+        got = float(est.get_model().weight.item())
+    finally:
+        est.shutdown()
+    # worker 0 holds rows 0-3 and worker 1 rows 4-7; step s takes 2 rows from each
+    batches = [[0, 1, 4, 5], [2, 3, 6, 7]] * 2
+    want = expected_sgd_weight(x[:, 0].astype(np.float64), y[:, 0].astype(np.float64), 0.5, 0.1, batches)
+    assert got == pytest.approx(want, abs=1e-6)
+
+
+def test_skewed_and_empty_shards_keep_exact_global_batches(orca_context):
+    """Worker 0 gets 6 rows, worker 1 gets 0 rows of the first shard...: every step still uses the global batch."""
+    x = (np.arange(1, 9, dtype=np.float64) / 8).reshape(-1, 1).astype(np.float32)
+    y = (2 * x).astype(np.float32)
+    shards = XShards.from_list([{"x": x[:6], "y": y[:6]}, {"x": x[6:6], "y": y[6:6]}, {"x": x[6:], "y": y[6:]}],
+                               backend="local")
+    est = Estimator.from_torch(model=one_weight_model(), optimizer=sgd(0.1), loss=nn.MSELoss(), backend="ray",
+                               workers_per_node=2)
+    try:
+        hist = est.fit(shards, epochs=1, batch_size=8, shuffle=False)
+        got = float(est.get_model().weight.item())
+    finally:
+        est.shutdown()
+    assert hist[-1]["num_samples"] == 8
+    want = expected_sgd_weight(x[:, 0].astype(np.float64), y[:, 0].astype(np.float64), 0.5, 0.1,
+                               [list(range(8))])
+    assert got == pytest.approx(want, abs=1e-6)
+
+
+def digits():
+    from sklearn.datasets import load_digits
+
+    from sklearn.model_selection import train_test_split
+
+    d = load_digits()
+    x = (d.images / 16.0).astype(np.float32)[:, None, :, :]
+    y = d.target.astype(np.int64)
+    xtr, xte, ytr, yte = train_test_split(x, y, test_size=0.2, random_state=0, stratify=y)
+    return xtr, ytr, xte, yte
+
+
+def cnn(config):
+    return nn.Sequential(nn.Conv2d(1, 16, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2), nn.Flatten(),
+                         nn.Linear(16 * 16, 64), nn.ReLU(), nn.Linear(64, 10))
+
+
+def test_cnn_on_digits_reaches_90_percent_test_accuracy(orca_context, backend):
+    xtr, ytr, xte, yte = digits()
+    est = Estimator.from_torch(model=cnn, optimizer=lambda m, c: torch.optim.Adam(m.parameters(), lr=3e-3),
+                               loss=nn.CrossEntropyLoss(), metrics=["accuracy"], backend=backend, workers_per_node=2)
+    try:
+        hist = est.fit({"x": xtr, "y": ytr}, epochs=8, batch_size=64, validation_data={"x": xte, "y": yte})
+        stats = est.evaluate({"x": xte, "y": yte}, batch_size=64)
+        assert len(set(est.worker_weight_digests())) == 1
+        plain = predict_plain(est.get_model(), xte)
+    finally:
+        est.shutdown()
+    assert stats["val_accuracy"] > 0.9
+    assert hist[-1]["val_accuracy"] == pytest.approx(stats["val_accuracy"])
+    # the metric is exact over all workers: equal to the single-process accuracy
+    assert stats["val_accuracy"] == pytest.approx(float((plain.argmax(1) == yte).mean()))
+    assert stats["num_samples"] == len(yte)
+    assert hist.history["train_loss"][-1] < hist.history["train_loss"][0]
+
+
+@pytest.fixture(scope="module")
+def reg(orca_context):
+    rng = np.random.default_rng(1)
+    x = rng.normal(size=(120, 4)).astype(np.float32)
+    y = (x @ np.array([1.0, -1.0, 2.0, 0.5], np.float32)).astype(np.float32)
+    return x, y
+
+
+def fit_linear(backend, data, **kw):
+    torch.manual_seed(0)
+    est = Estimator.from_torch(model=LinearNet(), optimizer=sgd(0.1), loss=nn.MSELoss(), metrics=["mse"],
+                               backend=backend, workers_per_node=2)
+    hist = est.fit(data, epochs=4, batch_size=16, **kw)
+    return est, hist
+
+
+def assert_learned(est, hist, x, n):
+    assert hist[-1]["num_samples"] == n
+    assert hist.history["train_loss"][-1] < 0.1 * hist.history["train_loss"][0]
+    assert len(set(est.worker_weight_digests())) == 1
+
+
+@pytest.mark.parametrize("partitions", [1, 3, 5])
+def test_dataframe_with_any_partition_count_trains_on_two_workers(spark, reg, backend, partitions):
+    x, y = reg
+    df = spark.createDataFrame(pd.DataFrame({"x": list(x), "y": y})).repartition(partitions)
+    est, hist = fit_linear(backend, df, feature_cols=["x"], label_cols=["y"])
+    try:
+        assert_learned(est, hist, x, len(x))
+    finally:
+        est.shutdown()
+
+
+def test_dataframe_with_empty_partitions_trains(spark, reg, backend):
+    x, y = reg
+    pdf = pd.DataFrame({"x": list(x), "y": y, "k": np.zeros(len(y), int)})
+    df = spark.createDataFrame(pdf).repartition(4, "k")  # every row in one partition, three empty
+    est, hist = fit_linear(backend, df.select("x", "y"), feature_cols=["x"], label_cols=["y"])
+    try:
+        assert_learned(est, hist, x, len(x))
+    finally:
+        est.shutdown()
+
+
+def test_ml_vector_column_and_validation_dataframe(spark, reg, backend):
+    from pyspark.ml.linalg import Vectors
+
+    x, y = reg
+    df = spark.createDataFrame([(Vectors.dense(r.tolist()), float(t)) for r, t in zip(x, y, strict=True)],
+                               ["features", "label"])
+    train, val = df.randomSplit([0.8, 0.2], seed=1)
+    est, hist = fit_linear(backend, train, feature_cols=["features"], label_cols=["label"], validation_data=val)
+    try:
+        assert "val_loss" in hist[-1] and "val_mse" in hist[-1]
+        assert hist[-1]["val_loss"] == pytest.approx(hist[-1]["val_mse"], rel=1e-4)
+        assert hist[-1]["val_loss"] < 0.5
+    finally:
+        est.shutdown()
+
+
+class TwoInputs(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(4, 1)
+
+    def forward(self, a, b):
+        return self.fc(torch.cat([a, b], dim=1))
+
+
+def test_several_feature_columns_become_several_model_inputs(spark, reg, backend):
+    x, y = reg
+    df = spark.createDataFrame(pd.DataFrame({"a": list(x[:, :2]), "b": list(x[:, 2:]), "y": y}))
+    torch.manual_seed(0)
+    est = Estimator.from_torch(model=TwoInputs(), optimizer=sgd(0.1), loss=nn.MSELoss(), backend=backend,
+                               workers_per_node=2)
+    try:
+        hist = est.fit(df, epochs=4, batch_size=16, feature_cols=["a", "b"], label_cols=["y"])
+        assert hist.history["train_loss"][-1] < 0.1 * hist.history["train_loss"][0]
+        out = est.predict(df, feature_cols=["a", "b"]).toPandas()
+        model = est.get_model()
+        with torch.no_grad():
+            want = model(torch.from_numpy(np.stack(out["a"].to_numpy()).astype(np.float32)),
+                         torch.from_numpy(np.stack(out["b"].to_numpy()).astype(np.float32))).numpy()[:, 0]
+        np.testing.assert_allclose(out["prediction"].to_numpy(), want, atol=1e-5)
+    finally:
+        est.shutdown()
+
+
+def test_xshards_of_dicts_and_of_pandas_train_and_predict(spark, reg, backend):
+    x, y = reg
+    dict_shards = XShards.partition({"x": x, "y": y}, num_shards=3)
+    est, hist = fit_linear(backend, dict_shards)
+    try:
+        assert_learned(est, hist, x, len(x))
+        pred = est.predict(XShards.partition({"x": x}, num_shards=3))
+        got = np.concatenate([s["prediction"] for s in pred.collect()])
+        np.testing.assert_allclose(got, predict_plain(est.get_model(), x), atol=1e-5)
+        frames = XShards.partition({"x": x, "y": y}, num_shards=2).transform_shard(
+            lambda s: pd.DataFrame({"x": list(s["x"]), "y": s["y"]}))
+        hist2 = est.fit(frames, epochs=1, batch_size=16, feature_cols=["x"], label_cols=["y"])
+        assert hist2[-1]["num_samples"] == len(x)
+        out = pd.concat(est.predict(frames, feature_cols=["x"]).collect())
+        np.testing.assert_allclose(out["prediction"].to_numpy(), predict_plain(est.get_model(), x)[:, 0], atol=1e-5)
+    finally:
+        est.shutdown()
+
+
+def test_data_creator_and_dataloader_instance(orca_context, reg, backend):
+    from torch.utils.data import DataLoader, TensorDataset
+
+    x, y = reg
+    ds = TensorDataset(torch.from_numpy(x), torch.from_numpy(y[:, None]))
+
+    def creator(config, batch_size):
+        return DataLoader(ds, batch_size=batch_size, shuffle=True)
+
+    est, hist = fit_linear(backend, creator)
+    try:
+        assert hist[-1]["num_samples"] == len(x)
+        assert hist.history["train_loss"][-1] < 0.1 * hist.history["train_loss"][0]
+        hist2 = est.fit(DataLoader(ds, batch_size=16, shuffle=True), epochs=1)
+        assert hist2[-1]["num_samples"] == len(x)
+        assert est.evaluate(creator, batch_size=16)["num_samples"] == len(x)
+    finally:
+        est.shutdown()
+
+
+def test_ray_dataset_input(orca_context, reg):
+    import ray
+
+    orca_context.ray_runtime()
+    x, y = reg
+    ds = ray.data.from_items([{"x": r, "y": float(t)} for r, t in zip(x, y, strict=True)])
+    est, hist = fit_linear("ray", ds, feature_cols=["x"], label_cols=["y"])
+    try:
+        assert_learned(est, hist, x, len(x))
+    finally:
+        est.shutdown()
