@@ -15,6 +15,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
+
 from orca.core.testing.clusters import RayCluster, pid_alive, pyspark_home, run_python
 
 STANDALONE_DRIVER = textwrap.dedent(

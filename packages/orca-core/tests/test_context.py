@@ -14,6 +14,7 @@ import time
 from typing import Any
 
 import pytest
+
 from orca.core import OrcaContext, OrcaSettings, init_orca_context
 from orca.core._spark_conf import build_spark_conf
 from orca.core.testing.clusters import pid_alive, process_name, run_python

@@ -8,6 +8,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 import pytest
+
 from orca.core.data import LocalXShards, RayXShards, SparkXShards, read_csv, read_json, read_parquet
 
 pytestmark = pytest.mark.timeout(120)

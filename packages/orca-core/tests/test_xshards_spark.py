@@ -7,6 +7,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 import pytest
+
 from orca.core.data import RayXShards, SparkXShards, XShards
 
 pytestmark = pytest.mark.timeout(120)

@@ -65,7 +65,6 @@ def test_skewed_and_empty_shards_keep_exact_global_batches(orca_context):
 
 def digits():
     from sklearn.datasets import load_digits
-
     from sklearn.model_selection import train_test_split
 
     d = load_digits()

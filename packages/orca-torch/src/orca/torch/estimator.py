@@ -6,14 +6,13 @@ from collections.abc import Sequence
 from typing import Any
 
 import torch
-from torch import nn
-
 from orca.core.engine.adapters import DataSource
 from orca.core.engine.errors import NotFittedError
 from orca.core.engine.estimator import BaseEstimator
 from orca.core.engine.runner import Rendezvous
 from orca.torch._spec import build_model, check_loss, check_model, describe_optimizer
 from orca.torch.runner import TorchRunner
+from torch import nn
 
 _LATER = {"bigdl": "#4 (the parameter-sync layer)", "horovod": "a later issue"}
 

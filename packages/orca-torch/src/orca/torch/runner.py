@@ -14,13 +14,13 @@ from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
+
 import torch
 import torch.distributed as dist
-from torch import nn
-
 from orca.core.engine.feed import Batch
 from orca.core.engine.runner import Rendezvous, Runner
 from orca.torch._spec import build_loss, build_model, build_optimizer
+from torch import nn
 
 
 def _tensor(a: Any, float_dtype: torch.dtype) -> torch.Tensor:

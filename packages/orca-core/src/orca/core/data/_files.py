@@ -7,6 +7,7 @@ from typing import Any
 
 import cloudpickle
 import fsspec
+
 from orca.core.data.shards import XShards
 
 _PICKLE_PREFIX = "part-"

@@ -160,6 +160,7 @@ class RayXShards(XShards):
     def to_spark(self) -> SparkXShards:
         """Move shards into an RDD: each Spark task fetches its shard from Ray itself."""
         import ray.cloudpickle as rpickle
+
         from orca.core.data._spark import SparkXShards, spark_context
 
         address = _ray_address()
@@ -270,6 +271,13 @@ class _ShardHolder:
         ref = ray.put(shard)
         self._kept.append(ref)
         return [ref]  # nested, so the caller borrows the holder's object instead of copying it
+
+    def release(self, refs: list[Any]) -> int:
+        """Stop holding ``refs`` (passed nested in a list, so as references); returns how many."""
+        drop = set(refs)
+        before = len(self._kept)
+        self._kept = [r for r in self._kept if r not in drop]
+        return before - len(self._kept)
 
 
 def holder_name() -> str:

@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 import pandas as pd
+
 from orca.core.data._files import list_files
 from orca.core.data.shards import XShards, default_num_shards, resolve_backend
 

@@ -14,7 +14,6 @@ import numpy as np
 
 from orca.core.engine.adapters import DataSource, get_data_source
 from orca.core.engine.callbacks import Callback, latest_checkpoint
-from orca.core.engine.errors import NotFittedError
 from orca.core.engine.history import History
 from orca.core.engine.loop import FitArgs, merge_eval_states
 from orca.core.engine.predict import add_predictions, predict_dataframe, predict_spark_shards
@@ -232,7 +231,6 @@ class BaseEstimator:
 
     def _shards_with_predictions(self, src: DataSource, outs: list[np.ndarray], output_cols: Any) -> Any:
         from orca.core.data import XShards
-
         from orca.core.engine.convert import part_rows, shard_to_part
 
         result, start = [], 0

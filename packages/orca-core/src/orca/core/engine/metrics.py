@@ -161,7 +161,7 @@ class FunctionMetric(Metric):
 
     def __init__(self, fn: Callable[[np.ndarray, np.ndarray], Any], name: str | None = None) -> None:
         self.fn = fn
-        self.name = name or getattr(fn, "__name__", "metric")
+        self.name = str(name or getattr(fn, "__name__", "metric"))
         super().__init__()
 
     def update(self, pred: np.ndarray, target: np.ndarray) -> None:

@@ -12,7 +12,7 @@ import logging
 import os
 import time
 import traceback
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import numpy as np
@@ -86,32 +86,6 @@ class _Store:
         return out
 
 
-class _Holder:
-    """Owns objects that Spark executors hand it, so they outlive Spark's Python workers.
-
-    (``ray.put(_owner=...)`` was removed in Ray 2.56; re-putting here makes this actor the owner.)
-    """
-
-    def __init__(self) -> None:
-        self.kept: dict[str, Any] = {}
-
-    def keep(self, part: Any) -> str:
-        import uuid
-
-        import ray
-
-        key = uuid.uuid4().hex
-        self.kept[key] = ray.put(part)
-        return key
-
-    def refs(self, keys: list[str]) -> list[list[Any]]:
-        # nested in lists, so Ray hands over the references (with their owner), not the values
-        return [[self.kept[k]] for k in keys]
-
-    def drop(self) -> None:
-        self.kept.clear()
-
-
 def _load_slices(slices: Sequence[Slice]) -> Feed:
     ray = _ray()
     if not slices:
@@ -166,7 +140,7 @@ class _Worker:
             rank = self.rendezvous.rank
             coll = _RayCollective(store, rank, self.rendezvous.world_size, timeout_s)
             return run_fit(self.runner, feed, val, counts, rank, coll, args)
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 - any failure goes back with its traceback
             raise _wrap(exc, self.rendezvous.rank) from None
 
     def evaluate(self, slices: list[Slice], blob: bytes, batch_size: int) -> dict[str, Any]:
@@ -181,13 +155,13 @@ class _Worker:
             else:
                 batches = _load_slices(slices).batches(batch_size)
             return evaluate_feed(self.runner, batches, make_metrics(metrics))
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 - any failure goes back with its traceback
             raise _wrap(exc, self.rendezvous.rank) from None
 
     def predict(self, slices: list[Slice], batch_size: int) -> list[np.ndarray]:
         try:
             return run_predict(self.runner, _load_slices(slices), batch_size)
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 - any failure goes back with its traceback
             raise _wrap(exc, self.rendezvous.rank) from None
 
     def shutdown(self) -> None:
@@ -221,59 +195,44 @@ def _wrap(exc: BaseException, rank: int) -> _WorkerFailure:
     return _WorkerFailure(rank, "".join(traceback.format_exception(exc)), f"{type(exc).__name__}: {exc}")
 
 
-def _spark_to_ray(source: DataSource, holder: Any, address: str, need_labels: bool) -> list[tuple[Any, int]]:
-    """Put each Spark partition into Ray from its executor; return (ref, rows) per partition."""
-    import cloudpickle
+def _spark_to_ray(source: DataSource, need_labels: bool) -> list[tuple[Any, int]]:
+    """Put each Spark partition into Ray from its executor; return (ref, rows) per partition.
+
+    The executor hands its part to the context's holder actor (see ``orca.core.data._ray``),
+    which owns it; only pickled references and row counts reach the driver.
+    """
+    import ray.cloudpickle as rpickle
+
+    from orca.core.data._ray import HOLDER_NAMESPACE, _connect_ray_in_task, _ray_address, holder_name
 
     fcols = list(source.feature_cols or [])
     lcols = list(source.label_cols or []) if need_labels else []
-    loopback = address.startswith("127.")
-    # the handle is unpickled only after the executor has joined Ray
-    holder_blob = cloudpickle.dumps(holder)
+    name, address = holder_name(), _ray_address()
 
-    def connect() -> Any:
-        if loopback:
-            os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
-            os.environ.setdefault("RAY_AUTH_MODE", "disabled")
-        import ray
-
-        if not ray.is_initialized():
-            ray.init(address=address, log_to_driver=False, configure_logging=False, logging_level=logging.ERROR)
-        return ray, cloudpickle.loads(holder_blob)
+    def put(parts: Iterator[Part]) -> Iterator[tuple[bytes, int]]:
+        ray = _connect_ray_in_task(address)
+        holder = ray.get_actor(name, namespace=HOLDER_NAMESPACE)
+        for part in parts:
+            n = part_rows(part)
+            if n:
+                yield rpickle.dumps(ray.get(holder.adopt.remote(part))[0]), n
 
     if source.kind == "dataframe":
         import pyarrow as pa
 
         df = spark_select(source.obj, fcols + lcols)
 
-        def put_arrow(batches: Any) -> Any:
-            ray, owner = connect()
-            batches = [b for b in batches if b.num_rows]
-            if not batches:
-                return
-            table = pa.Table.from_batches(batches)
-            part = table_to_part(table, fcols, lcols)
-            key = ray.get(owner.keep.remote(part))
-            yield pa.RecordBatch.from_pydict({"key": [key], "rows": [table.num_rows]})
+        def put_arrow(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+            nonempty = [b for b in batches if b.num_rows]
+            parts = [table_to_part(pa.Table.from_batches(nonempty), fcols, lcols)] if nonempty else []
+            for blob, n in put(iter(parts)):
+                yield pa.RecordBatch.from_pydict({"ref": [blob], "rows": [n]})
 
-        keyed = [(r["key"], int(r["rows"])) for r in df.mapInArrow(put_arrow, "key string, rows long").collect()]
+        rows = [(r["ref"], int(r["rows"])) for r in df.mapInArrow(put_arrow, "ref binary, rows long").collect()]
     else:
-        rdd = source.obj.rdd
-
-        def put_shards(shards: Any) -> Any:
-            ray, owner = connect()
-            for shard in shards:
-                part = shard_to_part(shard, fcols or None, lcols or None)
-                n = part_rows(part)
-                if n:
-                    yield ray.get(owner.keep.remote(part)), n
-
-        keyed = rdd.mapPartitions(put_shards).collect()
-    import ray
-
-    refs = ray.get(holder.refs.remote([k for k, _ in keyed]))
-    return [(r[0], n) for r, (_, n) in zip(refs, keyed, strict=True)]
-
+        rdd = source.obj.rdd.map(lambda shard: shard_to_part(shard, fcols or None, lcols or None))
+        rows = rdd.mapPartitions(put).collect()
+    return [(rpickle.loads(blob), n) for blob, n in rows]
 
 
 def balanced_slices(refs: Sequence[tuple[Any, int]], world: int) -> list[list[Slice]]:
@@ -307,8 +266,7 @@ class RayWorkerGroup:
         self.runner_cls, self.spec = runner_cls, spec
         self.num_workers, self.cpus_per_worker, self.timeout_s = num_workers, cpus_per_worker, timeout_s
         self.actors: list[Any] = []
-        self.holder: Any = None
-        self.address = ""
+        self._spark_put: list[Any] = []
 
     @property
     def started(self) -> bool:
@@ -322,7 +280,6 @@ class RayWorkerGroup:
         from orca.core.context import OrcaContext
 
         runtime = OrcaContext.current().ray_runtime()
-        self.address = runtime.address
         ray = _ray()
         total = sum(runtime.cpus_per_node)
         if self.num_workers * self.cpus_per_worker > total:
@@ -344,7 +301,6 @@ class RayWorkerGroup:
         spec_blob = cloudpickle.dumps(self.spec)
         self.actors = [worker_cls.remote(self.runner_cls, spec_blob, self.cpus_per_worker)
                        for _ in range(self.num_workers)]
-        self.holder = ray.remote(num_cpus=0)(_Holder).remote()
         try:
             host, port = self._get([self.actors[0].address.remote()], "start")[0]
             rdvs = [Rendezvous(rank=r, world_size=self.num_workers, master_addr=host, master_port=port,
@@ -389,7 +345,8 @@ class RayWorkerGroup:
         if source.kind == "local":
             refs = [(ray.put(p), part_rows(p)) for p in source.obj]
         elif source.kind == "dataframe" or (source.kind == "xshards" and hasattr(source.obj, "rdd")):
-            refs = _spark_to_ray(source, self.holder, self.address, need_labels)
+            refs = _spark_to_ray(source, need_labels)
+            self._spark_put.extend(r for r, _ in refs)
         elif source.kind == "xshards":
             shards = source.obj
             fcols, lcols = source.feature_cols, source.label_cols if need_labels else None
@@ -418,16 +375,17 @@ class RayWorkerGroup:
         return slices, counts
 
     def release(self, slices: list[list[Slice]]) -> None:
-        """Free the objects behind ``slices`` (Spark-put objects live until freed)."""
-        ray = _ray()
-        refs = list({id(r): r for s in slices for r, _, _ in s}.values())
-        if self.holder is not None:
-            self.holder.drop.remote()
-        if refs:
+        """Let go of the objects behind ``slices``: the holder drops the ones Spark put there."""
+        if self._spark_put:
+            from orca.core.data._ray import HOLDER_NAMESPACE, holder_name
+
+            ray = _ray()
             try:
-                ray._private.internal_api.free(refs)
-            except Exception:  # noqa: BLE001 - best effort; the holder's death frees them anyway
-                log.debug("free failed", exc_info=True)
+                holder = ray.get_actor(holder_name(), namespace=HOLDER_NAMESPACE)
+                ray.get(holder.release.remote(list(self._spark_put)), timeout=60)
+            except Exception:  # noqa: BLE001 - best effort: the holder dies with the context anyway
+                log.debug("could not release Spark-put objects", exc_info=True)
+            self._spark_put = []
 
     # ---------------------------------------------------------------- calls
     def fit(self, source: DataSource, val_source: DataSource | None, args: FitArgs) -> list[dict[str, Any]]:
@@ -509,12 +467,12 @@ class RayWorkerGroup:
 
     def shutdown(self) -> None:
         """Kill the actors (no wait on a stuck one)."""
-        if not self.actors and self.holder is None:
+        if not self.actors:
             return
         ray = _ray()
-        for actor in self.actors + ([self.holder] if self.holder is not None else []):
+        for actor in self.actors:
             try:
                 ray.kill(actor)
             except Exception:  # noqa: BLE001 - already dead
                 pass
-        self.actors, self.holder = [], None
+        self.actors = []

@@ -79,7 +79,7 @@ class Runner(abc.ABC):
         """Build the model and join the framework's synchronisation with the other workers."""
         self.rendezvous = rendezvous
 
-    def shutdown(self) -> None:
+    def shutdown(self) -> None:  # noqa: B027 - an optional hook
         """Leave the process group and free resources."""
 
     # -------------------------------------------------------------- steps
@@ -103,7 +103,7 @@ class Runner(abc.ABC):
         """
         raise TypeError(f"{type(self).__name__} does not take data-creator functions.")
 
-    def on_epoch_end(self, epoch: int) -> None:
+    def on_epoch_end(self, epoch: int) -> None:  # noqa: B027 - an optional hook
         """Framework work at the end of an epoch (LR scheduler step, buffer sync)."""
 
     # -------------------------------------------------------------- state

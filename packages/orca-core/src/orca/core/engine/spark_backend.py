@@ -177,11 +177,11 @@ class SparkWorkerGroup:
 
         def task(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
             job = cloudpickle.loads(bc.value)
-            batches = [b for b in batches if b.num_rows]
+            nonempty = [b for b in batches if b.num_rows]
             train: list[Part] = []
             val: list[Part] = []
-            if batches:
-                table = pa.Table.from_batches(batches)
+            if nonempty:
+                table = pa.Table.from_batches(nonempty)
                 tags = table.column(TAG).to_numpy()
                 for flag, bucket in ((0, train), (1, val)):
                     sub = table.filter(pa.array(tags == flag))
@@ -205,7 +205,8 @@ class SparkWorkerGroup:
 
         def task(items: Iterator[tuple[int, Part]]) -> Iterator[bytes]:
             job = cloudpickle.loads(bc.value)
-            train, val = [], []
+            train: list[Part] = []
+            val: list[Part] = []
             for tag, part in items:
                 (train if tag == 0 else val).append(part)
             yield _barrier_worker(job, train, val)

@@ -302,7 +302,7 @@ def _wait_for_spark_worker(
             if proc.poll() is not None:
                 raise RuntimeError(
                     f"Spark standalone process exited with {proc.returncode} "
-                    f"({' '.join(map(str, proc.args[1:3]))}):\n{_tail(log_path)}"
+                    f"({proc.args!r}):\n{_tail(log_path)}"
                 )
         try:
             state = cluster.state()

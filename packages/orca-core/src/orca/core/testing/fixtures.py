@@ -22,6 +22,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+
 from orca.core.context import OrcaContext, init_orca_context, stop_orca_context
 from orca.core.testing.clusters import RayCluster, ray_cluster, spark_standalone_cluster
 
