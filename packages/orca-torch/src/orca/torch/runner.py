@@ -18,7 +18,7 @@ import numpy as np
 import torch
 import torch.distributed as dist
 from orca.core.engine.feed import Batch
-from orca.core.engine.runner import Rendezvous, Runner
+from orca.core.engine.runner import Collective, Rendezvous, Runner
 from orca.torch._spec import build_loss, build_model, build_optimizer
 from torch import nn
 
@@ -44,6 +44,18 @@ def _outputs(out: Any) -> list[torch.Tensor]:
     if isinstance(out, dict):
         return [v for v in out.values() if isinstance(v, torch.Tensor)]
     raise TypeError(f"the model returned {type(out).__name__}; return a tensor or a tuple of tensors.")
+
+
+class _TorchCollective(Collective):
+    """allgather of small objects over the runner's gloo process group."""
+
+    def __init__(self, world: int) -> None:
+        self.world = world
+
+    def allgather(self, obj: Any) -> list[Any]:
+        out: list[Any] = [None] * self.world
+        dist.all_gather_object(out, obj)
+        return out
 
 
 class TorchRunner(Runner):
@@ -76,6 +88,9 @@ class TorchRunner(Runner):
             with torch.no_grad():
                 for t in list(self.model.parameters()) + list(self.model.buffers()):
                     dist.broadcast(t.data, src=0)
+
+    def collective(self) -> Collective | None:
+        return _TorchCollective(self.world) if self.world > 1 and dist.is_initialized() else None
 
     def shutdown(self) -> None:
         if self.world > 1 and dist.is_initialized():

@@ -169,13 +169,23 @@ class BaseEstimator:
         args = FitArgs(epochs=epochs, batch_size=batch_size, shuffle=shuffle, seed=int(self.spec.get("seed", 0)),
                        max_steps=max_steps, metrics=self.metrics, start_epoch=self._epoch,
                        callbacks=list(callbacks or []))
-        if self.launcher == "ray":
-            self._prepare_ray_sources(src, val)
-            history = self._ray_group().fit(src, val, args)
-        else:
-            group = self._spark_group()
-            history, self._state = group.fit(self._state, src, val, args)
-            self._spark_digests = group.last_digests
+        progress = None
+        if self.use_tqdm:
+            from orca.core.engine.progress import ProgressServer, driver_host
+
+            progress = ProgressServer(driver_host())
+            args.progress_address = progress.address
+        try:
+            if self.launcher == "ray":
+                self._prepare_ray_sources(src, val)
+                history = self._ray_group().fit(src, val, args)
+            else:
+                group = self._spark_group()
+                history, self._state = group.fit(self._state, src, val, args)
+                self._spark_digests = group.last_digests
+        finally:
+            if progress is not None:
+                progress.close()
         self._epoch += len(history)
         if not reduce_results:
             return History([[dict(h) for _ in range(self.num_workers)] for h in history])

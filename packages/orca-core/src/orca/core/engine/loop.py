@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from orca.core.engine.callbacks import Callback
-from orca.core.engine.feed import Batch, Feed
+from orca.core.engine.feed import Batch, Feed, steps_per_epoch
 from orca.core.engine.metrics import Mean, Metric, make_metrics, merge_states
 from orca.core.engine.runner import Collective, Runner
 
@@ -37,6 +37,8 @@ class FitArgs:
     creator: Any = None
     val_creator: Any = None
     callbacks: list[Callback] = field(default_factory=list)
+    #: where rank 0 sends progress (the driver's ProgressServer), if anywhere
+    progress_address: tuple[str, int] | None = None
 
 
 def evaluate_feed(
@@ -98,6 +100,18 @@ def run_fit(
         report: progress sink (rank 0 reports; others may pass ``None``).
     """
     world = len(counts) if counts else 1
+    collective = runner.collective() or collective
+    own_reporter = None
+    if report is None and rank == 0 and args.progress_address is not None:
+        from orca.core.engine.progress import Reporter
+
+        report = own_reporter = Reporter(args.progress_address)
+    if report is not None:
+        per_epoch = steps_per_epoch(int(sum(counts)), args.batch_size) if feed is not None else None
+        total = per_epoch * args.epochs if per_epoch is not None else None
+        if total is not None and args.max_steps is not None:
+            total = min(total, args.max_steps)
+        report({"event": "begin", "total_steps": total})
     callbacks = list(args.callbacks)
     for cb in callbacks:
         cb.bind(runner, rank, world)
@@ -128,8 +142,8 @@ def run_fit(
             steps_done += 1
             for cb in callbacks:
                 cb.on_batch_end(step, {"loss": value})
-            if report is not None and step % 10 == 0:
-                report({"event": "step", "epoch": epoch, "step": step, "loss": value})
+            if report is not None:
+                report({"event": "step", "epoch": epoch + 1, "loss": value})
         runner.on_epoch_end(epoch)
         local: dict[str, Any] = {"train": loss.state, "steps": step + 1}
         if val_feed is not None or args.val_creator is not None:
@@ -164,6 +178,8 @@ def run_fit(
             break
     for cb in callbacks:
         cb.on_train_end(history[-1] if history else {})
+    if own_reporter is not None:
+        own_reporter.close()
     return history
 
 

@@ -95,6 +95,13 @@ class Runner(abc.ABC):
     def predict_batch(self, batch: Batch) -> list[np.ndarray]:
         """Return the model's outputs for ``batch.x`` as numpy arrays (one per output)."""
 
+    def collective(self) -> Collective | None:
+        """The framework's own small-object collective, if it has one.
+
+        The engine prefers it to the backend's (Spark's ``allGather`` polls once a second).
+        """
+        return None
+
     def native_batches(self, creator: Any, batch_size: int, training: bool) -> Iterable[Batch]:
         """Batches from a data-creator ``f(config, batch_size)``, sharded for this rank.
 
