@@ -124,34 +124,44 @@ class TorchRunner(Runner):
             shapes = [tuple(t.shape) for t in inputs]
             raise ValueError(f"the model's forward failed on input shape(s) {shapes}: {exc}") from None
 
-    def _sync_gradients(self) -> None:
+    def _grad_buffer(self) -> torch.Tensor:
+        """One flat buffer that every parameter's ``.grad`` is a view of (built once).
+
+        Backward accumulates straight into it and the all-reduce works on it in place, so a
+        step copies no gradient (DDP's ``gradient_as_bucket_view`` idea, in one bucket).
+        """
         params = [p for p in self.model.parameters() if p.requires_grad]
-        grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in params]
-        if self.world > 1:
-            flat = torch.cat([g.reshape(-1) for g in grads])
-            dist.all_reduce(flat, op=dist.ReduceOp.SUM)
-            flat /= self.world
-            offset = 0
+        flat = getattr(self, "_flat_grad", None)
+        if flat is None or any(p.grad is None or p.grad.data_ptr() != v.data_ptr()
+                               for p, v in zip(params, self._grad_views, strict=True)):
+            flat = torch.zeros(sum(p.numel() for p in params), dtype=self.float_dtype)
+            views, offset = [], 0
             for p in params:
-                n = p.numel()
-                p.grad = flat[offset:offset + n].view_as(p).clone()
-                offset += n
-        else:
-            for p, g in zip(params, grads, strict=True):
-                p.grad = g
+                view = flat[offset:offset + p.numel()].view_as(p)
+                p.grad = view
+                views.append(view)
+                offset += p.numel()
+            self._flat_grad, self._grad_views = flat, views
+        return flat
+
+    def _sync_gradients(self, flat: torch.Tensor) -> None:
+        if self.world > 1:
+            dist.all_reduce(flat, op=dist.ReduceOp.SUM)
+            flat.div_(self.world)
 
     def train_batch(self, batch: Batch) -> float:
         if self.optimizer is None:
             raise ValueError("no optimizer was given to from_torch(optimizer=...); it is needed to train.")
         self.model.train()
-        self.optimizer.zero_grad(set_to_none=True)
+        flat = self._grad_buffer()
+        flat.zero_()
         value = 0.0
         if batch.size > 0:
             out = self._forward(batch.x)
             loss = self._loss(out, [_tensor(a, self.float_dtype) for a in batch.y])
             (loss * batch.weight).backward()
             value = float(loss.detach())
-        self._sync_gradients()
+        self._sync_gradients(flat)
         self.optimizer.step()
         return value
 

@@ -83,7 +83,11 @@ class BaseEstimator:
         return max(1, ctx.num_nodes) * self.workers_per_node
 
     def _threads(self) -> int:
+        """CPUs (and intra-op threads) per worker: a node's CPUs shared by its workers."""
         ctx = self._ctx()
+        if self.launcher == "ray" and (ctx.has_ray or ctx.runtime == "ray"):
+            cpus = [c for c in ctx.ray_runtime().cpus_per_node if c > 0] or [ctx.cores]
+            return max(1, min(cpus) // self.workers_per_node)
         return max(1, ctx.cores // self.workers_per_node)
 
     def _ray_group(self) -> RayWorkerGroup:
@@ -163,6 +167,9 @@ class BaseEstimator:
         val = None
         if validation_data is not None:
             val = self._source(validation_data, feature_cols, label_cols, True, "validation_data")
+            if "dataframe" in (src.kind, val.kind) and src.kind != val.kind:
+                raise ValueError(f"data is {src.kind} but validation_data is {val.kind}; pass both as Spark "
+                                 "DataFrames or convert one (XShards.from_spark_df / xshards.to_spark_df()).")
         for cb in callbacks or []:
             if not isinstance(cb, Callback):
                 raise TypeError(f"callbacks: {cb!r} is not an orca Callback.")

@@ -23,7 +23,7 @@ from orca.core.engine.convert import Part, part_rows, shard_to_part, table_to_pa
 from orca.core.engine.errors import OrcaWorkerError
 from orca.core.engine.feed import Feed
 from orca.core.engine.loop import FitArgs, evaluate_feed, run_fit, run_predict
-from orca.core.engine.runner import Collective, Rendezvous
+from orca.core.engine.runner import Collective, Rendezvous, SoloCollective
 
 log = logging.getLogger("orca")
 
@@ -40,18 +40,20 @@ def _ray():
 class _RayCollective(Collective):
     """allgather through a small store actor, polled with a deadline."""
 
-    def __init__(self, store: Any, rank: int, world: int, timeout_s: float) -> None:
+    def __init__(self, store: Any, rank: int, world: int, timeout_s: float, key: str) -> None:
         self.store, self.rank, self.world, self.timeout_s = store, rank, world, timeout_s
+        self.key = key  # one fit call: rounds of an earlier, failed call never mix in
         self.round = 0
 
     def allgather(self, obj: Any) -> list[Any]:
         ray = _ray()
         self.round += 1
-        ray.get(self.store.put.remote(self.round, self.rank, obj))
+        rnd = f"{self.key}:{self.round}"
+        ray.get(self.store.put.remote(rnd, self.rank, obj))
         deadline = time.monotonic() + self.timeout_s
         delay = 0.002
         while True:
-            values = ray.get(self.store.get.remote(self.round))
+            values = ray.get(self.store.get.remote(rnd))
             if values is not None:
                 return values
             if time.monotonic() > deadline:
@@ -68,13 +70,13 @@ class _Store:
 
     def __init__(self, world: int) -> None:
         self.world = world
-        self.rounds: dict[int, dict[int, Any]] = {}
-        self.reads: dict[int, int] = {}
+        self.rounds: dict[str, dict[int, Any]] = {}
+        self.reads: dict[str, int] = {}
 
-    def put(self, rnd: int, rank: int, value: Any) -> None:
+    def put(self, rnd: str, rank: int, value: Any) -> None:
         self.rounds.setdefault(rnd, {})[rank] = value
 
-    def get(self, rnd: int) -> list[Any] | None:
+    def get(self, rnd: str) -> list[Any] | None:
         values = self.rounds.get(rnd, {})
         if len(values) < self.world:
             return None
@@ -130,15 +132,16 @@ class _Worker:
         return cloudpickle.loads(fn_blob)(self.runner)
 
     def fit(self, slices: list[Slice], val_slices: list[Slice] | None, counts: list[int],
-            store: Any, args_blob: bytes, timeout_s: float) -> list[dict[str, Any]]:
+            store: Any, key: str, args_blob: bytes, timeout_s: float) -> list[dict[str, Any]]:
         import cloudpickle
 
         try:
             args: FitArgs = cloudpickle.loads(args_blob)
             feed = _load_slices(slices) if args.creator is None else None
             val = _load_slices(val_slices) if val_slices else None
-            rank = self.rendezvous.rank
-            coll = _RayCollective(store, rank, self.rendezvous.world_size, timeout_s)
+            rank, world = self.rendezvous.rank, self.rendezvous.world_size
+            coll: Collective = (_RayCollective(store, rank, world, timeout_s, key)
+                                if world > 1 else SoloCollective())
             return run_fit(self.runner, feed, val, counts, rank, coll, args)
         except Exception as exc:  # noqa: BLE001 - any failure goes back with its traceback
             raise _wrap(exc, self.rendezvous.rank) from None
@@ -266,6 +269,7 @@ class RayWorkerGroup:
         self.runner_cls, self.spec = runner_cls, spec
         self.num_workers, self.cpus_per_worker, self.timeout_s = num_workers, cpus_per_worker, timeout_s
         self.actors: list[Any] = []
+        self.store: Any = None
         self._spark_put: list[Any] = []
 
     @property
@@ -294,6 +298,8 @@ class RayWorkerGroup:
                 f"Ray has {free:g} free CPUs but {self.num_workers} workers need {need}; other Ray work (often "
                 "another Estimator's workers) holds the rest. Call shutdown() on Estimators you are done with."
             )
+        # allgather store for runners without a collective of their own; lives with the group
+        self.store = ray.remote(num_cpus=0)(_Store).remote(self.num_workers) if self.num_workers > 1 else None
         worker_cls = ray.remote(num_cpus=self.cpus_per_worker, max_concurrency=2)(_Worker)
         import cloudpickle
 
@@ -391,23 +397,23 @@ class RayWorkerGroup:
     def fit(self, source: DataSource, val_source: DataSource | None, args: FitArgs) -> list[dict[str, Any]]:
         """Run ``fit`` on every actor; return rank 0's merged history."""
         self.start()
-        ray = _ray()
         slices, counts = self.slices(source, need_labels=True)
         val_slices, _ = self.slices(val_source, need_labels=True) if val_source is not None else (None, None)
         if val_source is not None and val_source.kind == "creator":
             args.val_creator, val_slices = val_source.obj, None
         if source.kind == "creator":
             args.creator = source.obj
+        import uuid
+
         import cloudpickle
 
-        store = ray.remote(num_cpus=0)(_Store).remote(self.num_workers)
         args_blob = cloudpickle.dumps(args)
+        key = uuid.uuid4().hex
         try:
-            refs = [a.fit.remote(slices[r], val_slices[r] if val_slices else None, counts, store, args_blob,
-                                 self.timeout_s) for r, a in enumerate(self.actors)]
+            refs = [a.fit.remote(slices[r], val_slices[r] if val_slices else None, counts, self.store, key,
+                                 args_blob, self.timeout_s) for r, a in enumerate(self.actors)]
             return self._get(refs, "fit")[0]
         finally:
-            ray.kill(store)
             self.release(slices + (val_slices or []))
 
     def evaluate(self, source: DataSource, batch_size: int, metrics: Any) -> list[dict[str, Any]]:
@@ -470,9 +476,9 @@ class RayWorkerGroup:
         if not self.actors:
             return
         ray = _ray()
-        for actor in self.actors:
+        for actor in self.actors + ([self.store] if self.store is not None else []):
             try:
                 ray.kill(actor)
             except Exception:  # noqa: BLE001 - already dead
                 pass
-        self.actors = []
+        self.actors, self.store = [], None
