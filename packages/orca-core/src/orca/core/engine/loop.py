@@ -18,7 +18,7 @@ import numpy as np
 from orca.core.engine.callbacks import Callback
 from orca.core.engine.feed import Batch, Feed, steps_per_epoch
 from orca.core.engine.metrics import Mean, Metric, make_metrics, merge_states
-from orca.core.engine.runner import Collective, Runner
+from orca.core.engine.runner import Collective, Runner, SoloCollective
 
 Reporter = Callable[[dict[str, Any]], None]
 
@@ -100,7 +100,7 @@ def run_fit(
         report: progress sink (rank 0 reports; others may pass ``None``).
     """
     world = len(counts) if counts else 1
-    collective = runner.collective() or collective
+    collective = SoloCollective() if world == 1 else (runner.collective() or collective)
     own_reporter = None
     if report is None and rank == 0 and args.progress_address is not None:
         from orca.core.engine.progress import Reporter
