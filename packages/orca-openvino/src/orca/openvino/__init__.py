@@ -11,25 +11,10 @@ ImportError: orca.openvino.Estimator is not implemented yet; ...
 
 from __future__ import annotations
 
+from orca.core._planned import planned_getattr
+
 __version__ = "0.1.0"
 __all__: list[str] = []
 
-# Names this package will export once built; asking for one now is a clear ImportError.
-_PLANNED = frozenset({"Estimator"})
-_STATUS = "track issue #6 for progress"
-
-
-def __getattr__(name: str) -> object:
-    """Fail loudly for the planned-but-missing public names (PEP 562).
-
-    Raises:
-        ImportError: ``name`` is part of the planned API that does not exist yet.
-        AttributeError: any other missing name.
-    """
-    if name in _PLANNED:
-        raise ImportError(
-            f"orca.openvino.{name} is not implemented yet; {_STATUS}. "
-            "Today Orca ships orca.core (init_orca_context, XShards) and orca.torch "
-            "(from orca.torch import Estimator)."
-        )
-    raise AttributeError(f"module 'orca.openvino' has no attribute {name!r}")
+# Names this package will export once built; asking for one now is a clear ImportError (PEP 562).
+__getattr__ = planned_getattr("orca.openvino", {"Estimator"}, "track issue #6 for progress")
