@@ -62,7 +62,8 @@ class Estimator(BaseEstimator):
             workers_per_node: workers per node; ``batch_size`` is split across all workers.
             scheduler_creator: ``f(optimizer, config)`` returning an LR scheduler, stepped per epoch.
             model_dir: default directory for checkpoints.
-            sync_stats: return merged stats for every worker.
+            sync_stats: accepted for compatibility with the reference: stats are always merged
+                over all workers (exact sums, not per-worker means), so every worker reports the same.
             use_tqdm: show a progress bar on the driver.
             seed: seeds model creation and shuffling on every worker (``None``: unseeded).
 
