@@ -169,3 +169,17 @@ def test_multi_output_model_fills_output_cols(spark, backend):
     with pytest.raises(ValueError, match="output_cols"):
         est.predict(df, feature_cols=["x"], output_cols=["only_one"])
     est.shutdown()
+
+
+def test_one_driver_side_progress_bar_is_fed_by_rank_zero(orca_context, reg, backend):
+    est = Estimator.from_torch(model=LinearNet(), optimizer=sgd(0.1), loss=nn.MSELoss(), backend=backend,
+                               workers_per_node=2, use_tqdm=True)
+    try:
+        est.fit(reg, epochs=2, batch_size=16)
+    finally:
+        est.shutdown()
+    events = est.progress_events
+    begins = [e for e in events if e["event"] == "begin"]
+    assert begins == [{"event": "begin", "total_steps": 8}]  # one reporter: 64 rows / 16 x 2 epochs
+    assert sum(e.get("n", 0) for e in events if e["event"] == "step") == 8
+    assert [e["epoch"] for e in events if e["event"] == "epoch"] == [1, 2]

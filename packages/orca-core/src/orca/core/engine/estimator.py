@@ -193,6 +193,8 @@ class BaseEstimator:
         finally:
             if progress is not None:
                 progress.close()
+                #: what rank 0 reported during the last fit (what the bar showed)
+                self.progress_events = list(progress.events)
         self._epoch += len(history)
         if not reduce_results:
             return History([[dict(h) for _ in range(self.num_workers)] for h in history])

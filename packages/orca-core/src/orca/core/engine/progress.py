@@ -34,6 +34,7 @@ class ProgressServer:
         self.address = (host, int(self._sock.getsockname()[1]))
         self._bar: Any = None
         self._stop = threading.Event()
+        self._readers: list[threading.Thread] = []
         self._thread = threading.Thread(target=self._serve, name="orca-progress", daemon=True)
         self._thread.start()
 
@@ -43,7 +44,9 @@ class ProgressServer:
                 conn, _ = self._sock.accept()
             except OSError:
                 continue
-            threading.Thread(target=self._read, args=(conn,), daemon=True).start()
+            reader = threading.Thread(target=self._read, args=(conn,), daemon=True)
+            self._readers.append(reader)
+            reader.start()
 
     def _read(self, conn: socket.socket) -> None:
         with conn, conn.makefile("r", encoding="utf-8") as lines:
@@ -72,9 +75,11 @@ class ProgressServer:
                 log.info("epoch stats: %s", msg)
 
     def close(self) -> None:
-        """Stop listening and close the bar."""
+        """Stop listening, read what reporters already sent (they close at the end of fit), close the bar."""
         self._stop.set()
         self._thread.join(timeout=2)
+        for reader in self._readers:
+            reader.join(timeout=2)
         self._sock.close()
         if self._bar is not None:
             self._bar.close()
@@ -109,8 +114,12 @@ class Reporter:
 
     def close(self) -> None:
         """Flush pending steps and close."""
-        if self._pending:
-            self({"event": "step", "n": self._pending})
+        if self._pending and self._sock is not None:
+            try:
+                self._sock.sendall((json.dumps({"event": "step", "n": self._pending}) + "\n").encode())
+            except OSError:
+                pass
+            self._pending = 0
         if self._sock is not None:
             self._sock.close()
             self._sock = None
