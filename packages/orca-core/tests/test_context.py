@@ -300,3 +300,9 @@ def test_context_that_fails_to_start_leaves_nothing_behind() -> None:
     assert "cpus per task = 3" in report["error"]
     assert report["active"] is False
     assert not ENGINES & set(report["left"].values())
+
+
+@pytest.mark.timeout(120)
+def test_barrier_waits_are_bounded_by_the_worker_timeout(orca_context):
+    conf = orca_context.spark_session().sparkContext.getConf()
+    assert conf.get("spark.barrier.sync.timeout") == f"{int(orca_context.settings.worker_timeout_s)}s"

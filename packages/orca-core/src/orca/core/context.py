@@ -157,6 +157,9 @@ class OrcaContext:
         entries = build_spark_conf(
             self.cluster_mode, self.cores, self.memory, self.num_nodes, self.conf, **self._spark_options()
         )
+        if "spark.barrier.sync.timeout" not in self.conf and self.cluster_mode != "spark-submit":
+            # a barrier allGather otherwise waits up to a year for a stuck peer
+            entries["spark.barrier.sync.timeout"] = f"{max(1, int(self.settings.worker_timeout_s))}s"
         had_jvm = _gateway_process() is not None
         builder = SparkSession.builder
         for key, value in entries.items():
