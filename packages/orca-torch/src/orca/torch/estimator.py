@@ -9,7 +9,7 @@ import torch
 from orca.core.engine.adapters import DataSource
 from orca.core.engine.errors import NotFittedError
 from orca.core.engine.estimator import BaseEstimator
-from orca.core.engine.runner import Rendezvous
+from orca.core.engine.runner import solo_runner
 from orca.torch._spec import build_model, check_loss, check_model, describe_optimizer
 from orca.torch.runner import TorchRunner
 from torch import nn
@@ -135,11 +135,8 @@ class Estimator(BaseEstimator):
     def get_model(self) -> nn.Module:
         """The trained ``nn.Module`` (a copy on the driver, in eval mode)."""
         self._require_model()
-        runner = TorchRunner(dict(self.spec, threads=1))
-        runner.setup(Rendezvous(rank=0, world_size=1, master_addr="", master_port=0))
-        state = self.get_state()
-        if state is not None:
-            runner.set_state(state)
+        runner = solo_runner(TorchRunner, self.spec, self.get_state())
+        assert isinstance(runner, TorchRunner)
         runner.model.eval()
         return runner.model
 

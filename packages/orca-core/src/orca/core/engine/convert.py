@@ -137,11 +137,3 @@ def check_part(part: Part, need_labels: bool, where: str) -> None:
                     f"{where}: {what} #{i} has dtype {a.dtype}, which is not numeric; encode it as numbers "
                     "first (e.g. StringIndexer for a string column)."
                 )
-
-
-def part_to_frame(part_x: Sequence[np.ndarray], names: Sequence[str]) -> pd.DataFrame:
-    """Arrays (one per column) as a pandas DataFrame; multi-dim rows become lists."""
-    cols: dict[str, Any] = {}
-    for name, arr in zip(names, part_x, strict=True):
-        cols[name] = list(arr) if arr.ndim > 1 else arr
-    return pd.DataFrame(cols)

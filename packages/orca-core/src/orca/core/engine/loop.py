@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from orca.core.engine.callbacks import Callback
-from orca.core.engine.feed import Batch, Feed, steps_per_epoch
+from orca.core.engine.feed import Feed, steps_per_epoch
 from orca.core.engine.metrics import Mean, Metric, make_metrics, merge_states
 from orca.core.engine.runner import Collective, Runner, SoloCollective
 
@@ -191,8 +191,3 @@ def run_predict(runner: Runner, feed: Feed, batch_size: int) -> list[np.ndarray]
     if not outs:
         return []
     return [np.concatenate([o[i] for o in outs]) for i in range(len(outs[0]))]
-
-
-def empty_batch_like(batch: Batch) -> Batch:
-    """A zero-row batch with the same inputs (used to probe output shapes)."""
-    return Batch(x=[a[:0] for a in batch.x], y=[a[:0] for a in batch.y], size=0)

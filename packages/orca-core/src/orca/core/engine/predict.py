@@ -15,7 +15,7 @@ from orca.core.engine.adapters import spark_select
 from orca.core.engine.convert import shard_to_part, table_to_part
 from orca.core.engine.feed import Feed
 from orca.core.engine.loop import run_predict
-from orca.core.engine.runner import Rendezvous
+from orca.core.engine.runner import solo_runner
 from orca.core.engine.spark_backend import _cached_runner
 
 
@@ -54,14 +54,6 @@ def output_names(n_outputs: int, output_cols: Sequence[str] | None) -> list[str]
     return list(output_cols)
 
 
-def _local_runner(runner_cls: Any, spec: dict[str, Any], state: Any) -> Any:
-    runner = runner_cls(dict(spec, threads=1))
-    runner.setup(Rendezvous(rank=0, world_size=1, master_addr="", master_port=0))
-    if state is not None:
-        runner.set_state(state)
-    return runner
-
-
 def predict_dataframe(runner_cls: Any, spec: dict[str, Any], state: Any, df: Any, feature_cols: list[str],
                       batch_size: int, output_cols: Sequence[str] | None, threads: int) -> Any:
     """Return ``df`` with prediction column(s), computed lazily on the executors.
@@ -76,7 +68,7 @@ def predict_dataframe(runner_cls: Any, spec: dict[str, Any], state: Any, df: Any
     if probe_tbl.num_rows == 0:
         raise ValueError("predict: the DataFrame is empty.")
     probe_part = table_to_part(probe_tbl, feature_cols, [])
-    probe = run_predict(_local_runner(runner_cls, spec, state), Feed(probe_part["x"]), 1)
+    probe = run_predict(solo_runner(runner_cls, spec, state), Feed(probe_part["x"]), 1)
     names = output_names(len(probe), output_cols)
     clash = [n for n in names if n in df.columns]
     if clash:

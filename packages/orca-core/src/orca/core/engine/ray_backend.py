@@ -464,13 +464,6 @@ class RayWorkerGroup:
 
         return self._get([a.call.remote(cloudpickle.dumps(_digest)) for a in self.actors], "weights")
 
-    def call_rank0(self, fn: Any) -> Any:
-        """Run ``fn(runner)`` in rank 0."""
-        import cloudpickle
-
-        self.start()
-        return self._get([self.actors[0].call.remote(cloudpickle.dumps(fn))], "call")[0]
-
     def shutdown(self) -> None:
         """Kill the actors (no wait on a stuck one)."""
         if not self.actors:

@@ -59,6 +59,15 @@ class SoloCollective(Collective):
         return [obj]
 
 
+def solo_runner(runner_cls: type[Runner], spec: dict[str, Any], state: Any, threads: int = 1) -> Runner:
+    """A runner of a group of one (inference on an executor, the driver's copy of the model)."""
+    runner = runner_cls(dict(spec, threads=threads))
+    runner.setup(Rendezvous(rank=0, world_size=1, master_addr="", master_port=0))
+    if state is not None:
+        runner.set_state(state)
+    return runner
+
+
 class Runner(abc.ABC):
     """One worker's model, optimizer and loss. Subclassed once per framework.
 

@@ -26,7 +26,7 @@ from orca.core.engine.errors import OrcaWorkerError
 from orca.core.engine.feed import Feed
 from orca.core.engine.loop import FitArgs, evaluate_feed, run_fit, run_predict
 from orca.core.engine.metrics import make_metrics
-from orca.core.engine.runner import Collective, Rendezvous
+from orca.core.engine.runner import Collective, Rendezvous, solo_runner
 
 TAG = "__orca_split__"
 
@@ -316,10 +316,7 @@ def _cached_runner(bc: Any) -> Any:
     if hit is not None:
         return hit[1]
     job = cloudpickle.loads(blob)
-    runner = job["runner_cls"](dict(job["spec"], threads=job["threads"]))
-    runner.setup(Rendezvous(rank=0, world_size=1, master_addr="", master_port=0))
-    if job["state"] is not None:
-        runner.set_state(job["state"])
+    runner = solo_runner(job["runner_cls"], job["spec"], job["state"], job["threads"])
     _RUNNERS.clear()
     _RUNNERS[key] = (blob, runner)  # holding blob keeps its id from being reused
     return runner
