@@ -1,20 +1,15 @@
-"""Orca for OpenVINO models: not built yet.
+"""Orca for OpenVINO models: distributed inference on Spark executors or Ray actors.
 
-This distribution (``orca-openvino``) reserves the ``orca.openvino`` namespace. The planned public API is
-``Estimator.from_openvino(...)`` in the reference Orca shape; until it lands, importing any of it raises an
-``ImportError`` that says so, rather than handing out a half-working stand-in.
+>>> from orca.openvino import Estimator
+>>> est = Estimator.from_openvino(model_path="model.xml")  # doctest: +SKIP
+>>> est.predict(df, feature_cols=["image"], batch_size=16)  # doctest: +SKIP
 
->>> from orca.openvino import Estimator  # doctest: +SKIP
-Traceback (most recent call last):
-ImportError: orca.openvino.Estimator is not implemented yet; ...
+The Estimator is inference-only: ``fit`` and ``evaluate`` raise ``NotImplementedError``.
 """
 
 from __future__ import annotations
 
-from orca.core._planned import planned_getattr
+from orca.openvino.estimator import Estimator
 
 __version__ = "0.1.0"
-__all__: list[str] = []
-
-# Names this package will export once built; asking for one now is a clear ImportError (PEP 562).
-__getattr__ = planned_getattr("orca.openvino", {"Estimator"}, "track issue #6 for progress")
+__all__ = ["Estimator"]

@@ -40,6 +40,8 @@ class BaseEstimator:
     runner_cls: type[Runner]
     #: backend name -> launcher: "ray" (actors) or "spark" (barrier tasks)
     launchers: dict[str, str] = {}
+    #: an Estimator that can only predict (e.g. a compiled inference runtime): fit/evaluate raise
+    inference_only: bool = False
 
     def __init__(self, *, spec: dict[str, Any], backend: str, workers_per_node: int = 1, metrics: Any = None,
                  model_dir: str | None = None, sync_stats: bool = False, use_tqdm: bool = True) -> None:
@@ -160,6 +162,7 @@ class BaseEstimator:
             ValueError / TypeError: bad input, named on the driver before any work starts.
             OrcaWorkerError: a worker failed; carries its traceback.
         """
+        self._refuse_if_inference_only("fit")
         if not isinstance(epochs, int) or epochs < 1:
             raise ValueError(f"epochs must be a positive int, got {epochs!r}.")
         self._check_batch_size(batch_size)
@@ -207,6 +210,7 @@ class BaseEstimator:
         Returns:
             ``{"val_loss": ..., "val_<metric>": ..., "num_samples": N}``.
         """
+        self._refuse_if_inference_only("evaluate")
         self._check_batch_size(batch_size)
         src = self._source(data, feature_cols, label_cols, True, "data")
         if self.launcher == "ray":
@@ -215,6 +219,12 @@ class BaseEstimator:
         else:
             states = self._spark_group().evaluate(self._state, src, batch_size, self.metrics)
         return merge_eval_states(self.metrics, states, prefix="val_")
+
+    def _refuse_if_inference_only(self, method: str) -> None:
+        if self.inference_only:
+            raise NotImplementedError(
+                f"{type(self).__module__}.Estimator is inference-only: {method}() is not available; "
+                "train the model with its own framework (or another Orca Estimator), then predict() here.")
 
     def _require_model(self) -> None:
         """Raise NotFittedError when there is no model to run (frameworks override)."""

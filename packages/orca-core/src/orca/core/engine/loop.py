@@ -186,8 +186,8 @@ def run_fit(
 def run_predict(runner: Runner, feed: Feed, batch_size: int) -> list[np.ndarray]:
     """Predict every row of ``feed``; returns one array per model output."""
     outs: list[list[np.ndarray]] = []
-    for batch in feed.batches(batch_size):
-        outs.append([np.asarray(o) for o in runner.predict_batch(batch)])
+    for out in runner.predict_batches(feed.batches(batch_size)):
+        outs.append([np.asarray(o) for o in out])
     if not outs:
         return []
     return [np.concatenate([o[i] for o in outs]) for i in range(len(outs[0]))]

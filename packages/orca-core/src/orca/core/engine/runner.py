@@ -8,7 +8,7 @@ lock-step, merging stats, callbacks, progress — is :mod:`orca.core.engine.loop
 from __future__ import annotations
 
 import abc
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -103,6 +103,15 @@ class Runner(abc.ABC):
     @abc.abstractmethod
     def predict_batch(self, batch: Batch) -> list[np.ndarray]:
         """Return the model's outputs for ``batch.x`` as numpy arrays (one per output)."""
+
+    def predict_batches(self, batches: Iterable[Batch]) -> Iterator[list[np.ndarray]]:
+        """Outputs of every batch, in order (one list of arrays per batch).
+
+        The default calls :meth:`predict_batch` one batch at a time; a framework with an
+        asynchronous runtime overrides it to keep several batches in flight.
+        """
+        for batch in batches:
+            yield self.predict_batch(batch)
 
     def collective(self) -> Collective | None:
         """The framework's own small-object collective, if it has one.

@@ -80,6 +80,16 @@ class EstimatorConformance:
         yield est
         est.shutdown()
 
+    @pytest.fixture
+    def predictor(self, backend: str, request: Any) -> Any:
+        """The trained Estimator, or a fresh one for an inference-only Estimator."""
+        if self.supports_fit:
+            yield request.getfixturevalue("trained")
+            return
+        est = self.make_estimator(backend)
+        yield est
+        est.shutdown()
+
     # ------------------------------------------------------------ tests
     @pytest.mark.timeout(300)
     def test_fit_lowers_the_loss(self, trained: Any) -> None:
@@ -106,7 +116,8 @@ class EstimatorConformance:
         assert stats["val_loss"] == pytest.approx(expected, rel=1e-3, abs=1e-6)
 
     @pytest.mark.timeout(300)
-    def test_predict_matches_single_process_model(self, trained: Any, data: dict[str, Any]) -> None:
+    def test_predict_matches_single_process_model(self, predictor: Any, data: dict[str, Any]) -> None:
+        trained = predictor
         out = trained.predict(data["df"], feature_cols=["x"]).toPandas()
         got = np.stack(out["prediction"].to_numpy()).reshape(-1)
         xs = np.stack(out["x"].to_numpy()).astype(np.float32)
@@ -141,6 +152,19 @@ class EstimatorConformance:
                     est.fit(data["df"], epochs=1, batch_size=32, feature_cols=["nope"], label_cols=["y"])
                 else:
                     est.predict(data["df"], feature_cols=["nope"])
+        finally:
+            est.shutdown()
+
+    @pytest.mark.timeout(120)
+    def test_inference_only_estimator_refuses_fit_and_evaluate(self, backend: str, data: dict[str, Any]) -> None:
+        if self.supports_fit:
+            pytest.skip("this Estimator trains")
+        est = self.make_estimator(backend)
+        try:
+            for call in (lambda: est.fit(data["df"], epochs=1, feature_cols=["x"], label_cols=["y"]),
+                         lambda: est.evaluate(data["df"], feature_cols=["x"], label_cols=["y"])):
+                with pytest.raises(NotImplementedError, match="inference-only"):
+                    call()
         finally:
             est.shutdown()
 

@@ -1,0 +1,201 @@
+"""The OpenVINO Estimator: ``Estimator.from_openvino(model_path=...)``, inference only."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+import openvino as ov
+from orca.core.engine.adapters import DataSource
+from orca.core.engine.convert import check_part, shard_to_part
+from orca.core.engine.estimator import BaseEstimator
+from orca.openvino._model import IRModel, check_inputs, input_order, read_ir
+from orca.openvino.runner import OpenVINORunner
+
+
+class Estimator(BaseEstimator):
+    """Distributed inference of an OpenVINO model on Spark executors or Ray actors.
+
+    Create it with :meth:`from_openvino`, then call :meth:`predict`. The model is shipped to
+    every worker as IR bytes, compiled there once and reused for every batch and partition.
+    ``fit`` and ``evaluate`` raise ``NotImplementedError``: OpenVINO runs trained models.
+    """
+
+    runner_cls = OpenVINORunner
+    launchers = {"spark": "spark", "ray": "ray"}
+    inference_only = True
+
+    @classmethod
+    def from_openvino(
+        cls,
+        *,
+        model_path: str | os.PathLike[str] | ov.Model,
+        backend: str = "spark",
+        workers_per_node: int = 1,
+        config: dict[str, Any] | None = None,
+    ) -> Estimator:
+        """Build an inference Estimator from an OpenVINO model.
+
+        Args:
+            model_path: an OpenVINO IR ``.xml`` (its ``.bin`` beside it), an ONNX file, or an
+                ``ov.Model`` (e.g. from ``ov.convert_model``). Read once, on the driver.
+            backend: who runs numpy and Ray/local XShards inputs: ``"spark"`` (Spark tasks) or
+                ``"ray"`` (long-lived Ray actors). Spark DataFrames and Spark XShards are always
+                predicted on the Spark executors, where their rows are.
+            workers_per_node: Ray actors (or Spark task slots) per node; the node's CPUs are
+                shared among them.
+            config: default inference settings, overridable per ``predict`` call:
+                ``num_requests`` (requests in flight per worker; default OpenVINO's optimal
+                number), ``num_streams`` (CPU streams; default ``num_requests``), ``device``
+                (default ``"CPU"``), and any ``compile_model`` property such as
+                ``"PERFORMANCE_HINT"`` or ``"INFERENCE_NUM_THREADS"``.
+
+        Returns:
+            The Estimator. No worker starts until the first ``predict``.
+
+        Raises:
+            FileNotFoundError: ``model_path`` (or an IR's ``.bin``) does not exist.
+            ValueError: OpenVINO cannot read the file, or an unknown backend.
+            TypeError: ``model_path`` is neither a path nor an ``ov.Model``.
+
+        Example:
+            >>> est = Estimator.from_openvino(model_path="model.xml")  # doctest: +SKIP
+            >>> est.predict(np.zeros((10, 3, 224, 224), np.float32), batch_size=8)  # doctest: +SKIP
+        """
+        if backend not in cls.launchers:
+            raise ValueError(f"backend={backend!r} is not supported by orca.openvino; use 'spark' or 'ray'.")
+        _check_config(config)
+        ir = read_ir(model_path)
+        spec = {"model": ir, "config": dict(config or {}), "order": None}
+        return cls(spec=spec, backend=backend, workers_per_node=workers_per_node, use_tqdm=False)
+
+    @property
+    def model(self) -> IRModel:
+        """The model as shipped to the workers: IR bytes and its input/output ports."""
+        return self.spec["model"]
+
+    # ------------------------------------------------------------ predict
+    def extra_adapters(self) -> Sequence[Any]:
+        """Accept a list of arrays (one per model input) as in-process data."""
+
+        def list_adapter(data: Any) -> DataSource | None:
+            if not (isinstance(data, list) and data and all(isinstance(a, np.ndarray) for a in data)):
+                return None
+            part = {"x": list(data), "y": []}
+            check_part(part, False, "data")
+            return DataSource("local", [part], num_rows=len(data[0]))
+
+        return (list_adapter,)
+
+    def predict(  # type: ignore[override]
+        self,
+        data: Any,
+        batch_size: int = 4,
+        feature_cols: str | Sequence[str] | None = None,
+        input_cols: Sequence[str] | None = None,
+        output_cols: Sequence[str] | None = None,
+        config: dict[str, Any] | None = None,
+    ) -> Any:
+        """Run the model over ``data``; the result has the input's container type.
+
+        Args:
+            data: a numpy array (one model input) or a list of arrays (one per input);
+                an XShards of ``{"x": array or [arrays]}`` dicts (or of pandas DataFrames with
+                ``feature_cols``); or a Spark DataFrame with ``feature_cols``.
+            batch_size: rows per inference request on a worker (a model with a fixed batch
+                dimension is fed that many rows per request, the last request zero-padded).
+            feature_cols: DataFrame (or pandas shard) columns, one per model input.
+            input_cols: the model inputs fed by the arrays / ``feature_cols``, in their order
+                (default: feature columns named like the inputs feed them, else model order).
+            output_cols: DataFrame columns (or shard keys) for the outputs, one per output;
+                default ``prediction`` (``prediction_<i>`` for several outputs on a DataFrame;
+                a list under ``prediction`` in a shard).
+            config: overrides of the ``from_openvino`` config for this call (see there). A
+                change recompiles the model on the workers.
+
+        Returns:
+            An array (a list of arrays for several outputs), an XShards whose shards gain the
+            prediction key(s), or a DataFrame with the prediction column(s) added.
+
+        Raises:
+            ValueError: a missing column, a wrong number of inputs, a shape the model cannot
+                take, an unknown input name, or an empty input.
+            TypeError: an unsupported data type or a dtype the model cannot take.
+            OrcaWorkerError: a worker failed; carries its traceback.
+        """
+        if config is not None:
+            _check_config(config)
+        fcols = [feature_cols] if isinstance(feature_cols, str) else (list(feature_cols) if feature_cols else None)
+        order = input_order(self.model.inputs, list(input_cols) if input_cols is not None else None, fcols)
+        spec = dict(self.spec, config={**self.spec["config"], **(config or {})}, order=order)
+        if spec["config"] != self.spec["config"] or spec["order"] != self.spec["order"]:
+            if self._ray is not None:  # its actors compiled the old settings
+                self._ray.shutdown()
+                self._ray = None
+            self.spec = spec
+        self._check_first_rows(data, fcols, order)
+        return super().predict(data, batch_size=batch_size, feature_cols=feature_cols, output_cols=output_cols)
+
+    def _check_first_rows(self, data: Any, fcols: list[str] | None, order: list[int]) -> None:
+        """Check shapes and dtypes on the driver before any worker starts (DataFrames are checked by
+        the engine's one-row probe, which runs this model on the driver)."""
+        from orca.core.engine.adapters import _is_xshards
+
+        inputs = self.model.inputs
+        if isinstance(data, np.ndarray):
+            check_inputs([data], inputs, order, cast=False)
+        elif isinstance(data, list) and data and all(isinstance(a, np.ndarray) for a in data):
+            check_inputs(data, inputs, order, cast=False)
+        elif _is_xshards(data):
+            def verdict(shard: Any) -> tuple[str, str] | None:
+                try:
+                    x = [a[:1] for a in shard_to_part(shard, fcols, None)["x"]]
+                    check_inputs(x, inputs, order, cast=False)
+                except (TypeError, ValueError) as exc:
+                    return type(exc).__name__, str(exc)
+                except KeyError:  # the engine's own check names it
+                    return None
+                return None
+
+            try:
+                found = data._first_map(verdict)
+            except IndexError:
+                return
+            if found is not None:
+                raise (TypeError if found[0] == "TypeError" else ValueError)(f"data: {found[1]}")
+
+    # ------------------------------------------------------------ model I/O
+    def get_model(self) -> ov.Model:
+        """The model as an ``ov.Model`` rebuilt on the driver."""
+        return self.model.build(ov.Core())
+
+    def save(self, path: str) -> str:
+        """Write the model as OpenVINO IR (``path`` ends in ``.xml``; the ``.bin`` goes beside it).
+
+        Returns:
+            ``path``.
+        """
+        ov.save_model(self.get_model(), path, compress_to_fp16=False)
+        return path
+
+    def load(self, path: str) -> None:
+        """Replace the model with the one at ``path`` (IR ``.xml`` or ONNX); live workers are stopped."""
+        ir = read_ir(path)
+        if self._ray is not None:
+            self._ray.shutdown()
+            self._ray = None
+        self.spec = dict(self.spec, model=ir, order=None)
+
+
+def _check_config(config: Any) -> None:
+    if config is None:
+        return
+    if not isinstance(config, dict):
+        raise TypeError(f"config must be a dict of inference settings, got {type(config).__name__}.")
+    for key in ("num_requests", "num_streams"):
+        value = config.get(key)
+        if value is not None and (not isinstance(value, int) or value < 1):
+            raise ValueError(f"config[{key!r}] must be a positive int, got {value!r}.")

@@ -1,0 +1,17 @@
+"""orca-core's Estimator conformance suite against orca.openvino (inference only) on both backends."""
+
+from conftest import linear_model, reference
+
+from orca.core.testing.conformance import EstimatorConformance
+from orca.openvino import Estimator
+
+
+class TestOpenVINOConformance(EstimatorConformance):
+    supports_fit = False
+    supports_save = False  # IR is an .xml + .bin pair; save/load has its own test
+
+    def make_estimator(self, backend):
+        return Estimator.from_openvino(model_path=linear_model(), backend=backend, workers_per_node=2)
+
+    def single_process_predict(self, est, x):
+        return reference(est.get_model(), x)[0]
