@@ -1,0 +1,11 @@
+"""Parameter synchronisation among Orca workers, framework-neutral.
+
+:class:`SyncGroup` all-reduces flat float32/float64 numpy buffers (reduce-scatter then
+all-gather, as BigDL's ``AllReduceParameter``), broadcasts, and gathers small objects, over
+direct TCP connections between the workers of a group, inside Spark tasks or Ray actors.
+Every receive is bounded by a timeout. See :mod:`orca.core.sync.group` for the design.
+"""
+
+from orca.core.sync.group import PeerLostError, SyncError, SyncGroup, SyncTimeoutError, shard_bounds
+
+__all__ = ["PeerLostError", "SyncError", "SyncGroup", "SyncTimeoutError", "shard_bounds"]
