@@ -386,7 +386,7 @@ class SyncGroup(Collective):
         try:
             sock.sendall(_HEADER.pack(_MAGIC, op, seq, arr.nbytes))
             if arr.nbytes:
-                sock.sendall(memoryview(arr).cast("B"))
+                sock.sendall(arr.data.cast("B"))
         except TimeoutError:
             raise self._fail(SyncTimeoutError(
                 f"rank {self.rank}: rank {peer} took no data for {self.timeout_s:g}s during the "
@@ -410,6 +410,7 @@ class SyncGroup(Collective):
                     f"rank {self.rank} is in {what} #{seq} but rank {peer} sent "
                     f"{_OP_NAMES.get(got_op, 'garbage')} #{got_seq}: every worker must call the same sync "
                     "operations in the same order."))
+            payload: bytes | bytearray
             if into is None:
                 payload = bytearray(nbytes)
                 view = memoryview(payload)
@@ -419,7 +420,7 @@ class SyncGroup(Collective):
                         f"rank {self.rank} expects {into.nbytes} bytes in {what} #{seq} but rank {peer} sent "
                         f"{nbytes}: every worker must pass buffers of the same size and dtype."))
                 payload = b""
-                view = memoryview(into).cast("B")
+                view = into.data.cast("B")
             if nbytes and not _recv_exact(sock, view):
                 raise self._fail(PeerLostError(f"rank {self.rank}: rank {peer} closed its connection during "
                                                f"the {what}; that worker died or left."))
