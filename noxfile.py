@@ -187,8 +187,9 @@ def bigdl(session: nox.Session) -> None:
 
 @nox.session(python=PYTHON, tags=["test"])
 def openvino(session: nox.Session) -> None:
-    """orca-openvino tests with openvino 2026.4.1 (inference only)."""
-    _install_framework(session, "orca-openvino", "openvino==2026.4.1")
+    """orca-openvino tests with openvino 2026.4.1 (inference only); torch==2.13.0 (CPU) too, only to
+    check a model converted from a torch module with ``ov.convert_model``."""
+    _install_framework(session, "orca-openvino", "openvino==2026.4.1", TORCH)
     _runtime_env(session)
     _pytest(session, "orca-openvino")
 

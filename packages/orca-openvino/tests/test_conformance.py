@@ -1,6 +1,6 @@
 """orca-core's Estimator conformance suite against orca.openvino (inference only) on both backends."""
 
-from conftest import linear_model, reference
+from conftest import F32, linear_model, reference
 
 from orca.core.testing.conformance import EstimatorConformance
 from orca.openvino import Estimator
@@ -11,7 +11,7 @@ class TestOpenVINOConformance(EstimatorConformance):
     supports_save = False  # IR is an .xml + .bin pair; save/load has its own test
 
     def make_estimator(self, backend):
-        return Estimator.from_openvino(model_path=linear_model(), backend=backend, workers_per_node=2)
+        return Estimator.from_openvino(model_path=linear_model(), config=F32, backend=backend, workers_per_node=2)
 
     def single_process_predict(self, est, x):
         return reference(est.get_model(), x)[0]

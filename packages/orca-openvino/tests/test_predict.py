@@ -3,7 +3,7 @@
 import numpy as np
 import pandas as pd
 import pytest
-from conftest import linear_model, reference, two_in_two_out_model
+from conftest import F32, linear_model, reference, two_in_two_out_model
 
 from orca.core.data import XShards
 from orca.openvino import Estimator
@@ -26,7 +26,7 @@ def ab():
 
 @pytest.fixture
 def linear_est(backend, linear_ir, orca_context):
-    est = Estimator.from_openvino(model_path=linear_ir, backend=backend, workers_per_node=2)
+    est = Estimator.from_openvino(model_path=linear_ir, config=F32, backend=backend, workers_per_node=2)
     yield est
     est.shutdown()
 
@@ -63,7 +63,7 @@ def test_dataframe_gains_a_prediction_column_and_keeps_its_columns(linear_est, x
 def test_two_inputs_two_outputs_as_arrays_and_shards(backend, two_io_ir, ab, orca_context):
     a, b = ab
     want = reference(two_in_two_out_model(), [a, b])
-    est = Estimator.from_openvino(model_path=two_io_ir, backend=backend)
+    est = Estimator.from_openvino(model_path=two_io_ir, config=F32, backend=backend)
     try:
         got = est.predict([a, b], batch_size=4)
         assert isinstance(got, list) and len(got) == 2
@@ -84,7 +84,7 @@ def test_two_inputs_two_outputs_on_a_dataframe_with_output_cols(two_io_ir, ab, s
     want = reference(two_in_two_out_model(), [a, b])
     pdf = pd.DataFrame({"id": np.arange(len(a)), "b": [r.tolist() for r in b], "a": list(a)})
     df = spark.createDataFrame(pdf).repartition(2)
-    est = Estimator.from_openvino(model_path=two_io_ir)
+    est = Estimator.from_openvino(model_path=two_io_ir, config=F32)
     # feature columns named like the model inputs feed those inputs, in any order
     out = est.predict(df, feature_cols=["b", "a"], output_cols=["s", "p"], batch_size=5).toPandas().sort_values("id")
     np.testing.assert_allclose(np.stack(out["s"].to_numpy()), want[0], atol=ATOL, rtol=0)
@@ -94,7 +94,7 @@ def test_two_inputs_two_outputs_on_a_dataframe_with_output_cols(two_io_ir, ab, s
 def test_model_with_a_fixed_batch_pads_the_last_batch(backend, tmp_path, xs, orca_context):
     from conftest import save_ir
 
-    est = Estimator.from_openvino(model_path=save_ir(linear_model(batch=4), tmp_path), backend=backend)
+    est = Estimator.from_openvino(model_path=save_ir(linear_model(batch=4), tmp_path), config=F32, backend=backend)
     try:
         np.testing.assert_allclose(est.predict(xs, batch_size=10), reference(linear_model(), xs)[0], atol=ATOL)
     finally:
@@ -103,7 +103,7 @@ def test_model_with_a_fixed_batch_pads_the_last_batch(backend, tmp_path, xs, orc
 
 def test_ray_actors_compile_once_and_keep_the_model_across_calls(orca_context, linear_ir, xs):
     est = Estimator.from_openvino(model_path=linear_ir, backend="ray", workers_per_node=2,
-                                  config={"num_requests": 3})
+                                  config={**F32, "num_requests": 3})
     try:
         est.predict(xs, batch_size=4)
         compiled = _actor_models(est)
@@ -125,7 +125,7 @@ def _actor_models(est):
 
 
 def test_a_spark_worker_compiles_once_for_all_its_partitions(linear_ir, xs, spark):
-    est = Estimator.from_openvino(model_path=linear_ir)
+    est = Estimator.from_openvino(model_path=linear_ir, config=F32)
     shards = XShards.partition({"x": xs}, num_shards=6, backend="spark")
 
     def tag(shard):  # runs in the Python worker that predicted the shard (RDD stages pipeline)
@@ -142,9 +142,9 @@ def test_a_spark_worker_compiles_once_for_all_its_partitions(linear_ir, xs, spar
 
 
 def test_save_and_load_keep_predictions(tmp_path, linear_ir, xs, orca_context):
-    est = Estimator.from_openvino(model_path=linear_ir)
+    est = Estimator.from_openvino(model_path=linear_ir, config=F32)
     before = est.predict(xs)
     path = est.save(str(tmp_path / "again.xml"))
-    fresh = Estimator.from_openvino(model_path=two_in_two_out_model())
+    fresh = Estimator.from_openvino(model_path=two_in_two_out_model(), config=F32)
     fresh.load(path)
     np.testing.assert_array_equal(fresh.predict(xs), before)
