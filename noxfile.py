@@ -226,9 +226,46 @@ def demo(session: nox.Session) -> None:
     session.run("python", "examples/torch_digits.py", *session.posargs)
 
 
+BENCH_PEERS = ("ray[default,train]==2.60.0",)  # Ray Train's TorchTrainer / TensorflowTrainer
+PETASTORM = "petastorm==0.13.1"  # optional peer of the data path: its failure is reported, not fatal
+
+
 @nox.session(python=PYTHON)
 def bench(session: nox.Session) -> None:
-    """Benchmarks: `nox -s bench -- ARGS` runs benchmarks/run.py ARGS in the torch environment."""
-    _install_torch_env(session)
+    """The benchmark suite against the peers (docs/benchmarks.md): torch training, data path and batch
+    inference here, then bench_tf, bench_openvino and bench_report. ``nox -s bench -- --quick`` is
+    the smoke run; other arguments go to benchmarks/run.py (``--parts train,data,inference``)."""
+    session.install(TORCH)
+    session.install(TORCH, *CORE, "-e", "packages/orca-torch[test]", *BENCH_PEERS)
+    try:
+        session.install(PETASTORM)
+    except nox.command.CommandFailed:
+        session.warn(f"{PETASTORM} did not install: the data-path table reports petastorm as n/a")
     _runtime_env(session)
     session.run("python", "benchmarks/run.py", *session.posargs)
+    for follow in ("bench_tf", "bench_openvino", "bench_report"):
+        session.notify(follow, posargs=session.posargs)
+
+
+@nox.session(python=PYTHON)
+def bench_tf(session: nox.Session) -> None:
+    """TF2/Keras benchmarks in the tf environment's packages: benchmarks/tf_fit.py (Orca tf vs plain
+    model.fit) and benchmarks/tf_peers.py (Ray Train's TensorflowTrainer)."""
+    _install_framework(session, "orca-tf", "tensorflow-cpu==2.21.0", *BENCH_PEERS)
+    _runtime_env(session)
+    session.run("python", "benchmarks/run_part.py", "tf", "tf_fit", "tf_peers", *session.posargs)
+
+
+@nox.session(python=PYTHON)
+def bench_openvino(session: nox.Session) -> None:
+    """OpenVINO batch inference (benchmarks/openvino_predict.py) in the openvino environment's packages."""
+    _install_framework(session, "orca-openvino", "openvino==2026.4.1")
+    _runtime_env(session)
+    session.run("python", "benchmarks/run_part.py", "openvino", "openvino_predict", *session.posargs)
+
+
+@nox.session(python=PYTHON)
+def bench_report(session: nox.Session) -> None:
+    """Merge benchmarks/results/*.json into one Markdown table and plot the ratios to docs/benchmarks/."""
+    session.install("matplotlib")
+    session.run("python", "benchmarks/report.py", *session.posargs)

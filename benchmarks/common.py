@@ -1,5 +1,5 @@
-"""What every benchmark measurement shares: the model, the synthetic data, the optimizer and
-the plain single-process torch loop that the Estimator is compared against."""
+"""What every torch benchmark measurement shares: the model, the synthetic data, the optimizer and
+the plain single-process torch loop that the Estimator and its peers are compared against."""
 
 from __future__ import annotations
 
@@ -70,3 +70,23 @@ def rates(epochs: list[dict[str, Any]], skip_first: bool = True) -> list[float]:
 
 def median(values: list[float]) -> float:
     return statistics.median(values) if values else float("nan")
+
+
+def first_step_callback(path: str) -> Any:
+    """An Orca callback that writes ``time.time()`` to ``path`` after rank 0's first training step
+    (how "first call to first step" is measured for the Estimator, as for the peers)."""
+    from orca.core.engine.callbacks import Callback
+
+    class FirstStep(Callback):
+        def on_batch_end(self, step: int, logs: dict | None = None) -> None:
+            if self.rank == 0 and not getattr(self, "_done", False):
+                self._done = True
+                with open(path, "w") as fh:
+                    fh.write(repr(time.time()))
+
+    return FirstStep()
+
+
+def scale_epochs(scale: int, epochs: int) -> int:
+    """Epochs per fit at a data scale: fewer on bigger data (the first is always left out)."""
+    return max(2, epochs if scale == 1 else epochs // 2 if scale <= 4 else 2)

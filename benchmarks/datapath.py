@@ -1,0 +1,201 @@
+"""Part 3: moving a Spark DataFrame of numeric array columns into per-worker numpy batches.
+
+Run in a fresh process by ``run.py`` (``python benchmarks/datapath.py --rows N --scales 1,4,16 --out F``).
+One local Orca context (``local[2]``); the DataFrame (``features array<float>[784]``, ``label long``,
+2 partitions) is cached and counted before any timing. Each method is timed ``--repeats`` times,
+methods interleaved, median reported:
+
+- ``arrow-bare``: ``df.mapInArrow`` whose tasks only walk the Arrow batches (the limit).
+- ``orca``: what ``fit`` does in each Spark task: ``adapters.get_data_source`` and ``spark_select``
+  on the driver; in the task the Arrow batches become a part (``convert.table_to_part``), a
+  ``feed.Feed``, and every lock-step training batch of one epoch (``Feed.train_batches``).
+- ``toPandas``: ``df.toPandas()`` on the driver, then the array column stacked into one ndarray.
+- ``petastorm``: ``make_spark_converter(df)`` (materialises Parquet) and one pass of its torch
+  DataLoader; or the exact error when petastorm does not install or run here.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import tempfile
+import time
+import traceback
+from typing import Any
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+WIDTH = 784
+BATCH = 128
+
+
+def make_df(spark: Any, rows: int, parts: int = 2) -> Any:
+    import pyarrow as pa
+
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((rows, WIDTH), dtype=np.float32)
+    offsets = pa.array(np.arange(0, rows * WIDTH + 1, WIDTH, dtype=np.int32))
+    feats = pa.ListArray.from_arrays(offsets, pa.array(x.reshape(-1)))
+    table = pa.table({"features": feats, "label": pa.array(rng.integers(0, 10, rows))})
+    df = spark.createDataFrame(table).repartition(parts).cache()
+    df.count()
+    return df
+
+
+def bare_arrow(df: Any) -> int:
+    def task(batches):
+        import pyarrow as pa
+
+        n = 0
+        for b in batches:
+            n += b.num_rows
+        yield pa.RecordBatch.from_pydict({"n": [n]})
+
+    return sum(r["n"] for r in df.mapInArrow(task, "n long").collect())
+
+
+def orca_path(df: Any) -> int:
+    from orca.core.engine.adapters import get_data_source, spark_select
+    from orca.core.engine.convert import table_to_part
+    from orca.core.engine.feed import Feed
+
+    src = get_data_source(df, feature_cols=["features"], label_cols=["label"], need_labels=True)
+    fcols, lcols = src.feature_cols, src.label_cols
+    sdf = spark_select(src.obj, fcols + lcols)
+    world = sdf.rdd.getNumPartitions()
+
+    def task(batches):
+        import pyarrow as pa
+
+        nonempty = [b for b in batches if b.num_rows]
+        n = 0
+        if nonempty:
+            part = table_to_part(pa.Table.from_batches(nonempty), fcols, lcols)
+            feed = Feed(part["x"], part["y"])
+            # counts of the other workers do not change this worker's work: equal shares
+            for b in feed.train_batches([feed.num_rows] * world, 0, BATCH * world):
+                n += b.size
+        yield pa.RecordBatch.from_pydict({"n": [n]})
+
+    return sum(r["n"] for r in sdf.mapInArrow(task, "n long").collect())
+
+
+def to_pandas(df: Any) -> int:
+    pdf = df.toPandas()
+    x = np.stack(pdf["features"].to_numpy())
+    y = pdf["label"].to_numpy()
+    return len(x) if len(x) == len(y) else -1
+
+
+class Petastorm:
+    def __init__(self, spark: Any, tmp: str) -> None:
+        from petastorm.spark import SparkDatasetConverter, make_spark_converter
+
+        spark.conf.set(SparkDatasetConverter.PARENT_CACHE_DIR_URL_CONF, "file://" + tmp)
+        self.make = make_spark_converter
+
+    def __call__(self, df: Any) -> tuple[int, float]:
+        t = time.perf_counter()
+        conv = self.make(df)
+        convert_s = time.perf_counter() - t
+        n = 0
+        try:
+            with conv.make_torch_dataloader(batch_size=BATCH, num_epochs=1) as loader:
+                for batch in loader:
+                    n += len(batch["label"])
+        finally:
+            conv.delete()
+        return n, convert_s
+
+
+def main() -> None:
+    p = argparse.ArgumentParser()
+    p.add_argument("--rows", type=int, default=8192)
+    p.add_argument("--scales", default="1,4,16")
+    p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--out", required=True)
+    a = p.parse_args()
+    from orca.core import init_orca_context, stop_orca_context
+
+    res: dict = {"rows": a.rows, "width": WIDTH, "bytes_per_row": WIDTH * 4 + 8, "repeats": a.repeats, "scales": {}}
+    ctx = init_orca_context(cluster_mode="local", cores=2, conf={"spark.ui.showConsoleProgress": "false",
+                                                                  "spark.driver.memory": "4g",
+                                                                  "spark.driver.maxResultSize": "4g"})
+    spark = ctx.spark_session()
+    spark.sparkContext.setLogLevel("ERROR")
+    tmp = tempfile.mkdtemp(prefix="orca-bench-petastorm-")
+    try:
+        try:
+            peta: Any = Petastorm(spark, tmp)
+        except Exception as exc:  # noqa: BLE001 - any failure of the optional peer is reported, exactly
+            peta = None
+            res["petastorm_error"] = f"{type(exc).__name__}: {exc}"
+        methods: dict[str, Any] = {"arrow-bare": bare_arrow, "orca": orca_path, "toPandas": to_pandas}
+        for s in [int(v) for v in a.scales.split(",")]:
+            rows = a.rows * s
+            df = make_df(spark, rows)
+            times: dict[str, list[float]] = {m: [] for m in methods}
+            extra: dict[str, list[float]] = {"petastorm": [], "petastorm_convert": []}
+            for fn in methods.values():  # warm-up: Python workers started, code paths loaded
+                fn(df)
+            for _ in range(a.repeats):
+                for m, fn in methods.items():
+                    t = time.perf_counter()
+                    n = fn(df)
+                    times[m].append(time.perf_counter() - t)
+                    assert n == rows, (m, n, rows)
+                if peta is not None and "petastorm_error" not in res:
+                    try:
+                        t = time.perf_counter()
+                        n, conv_s = peta(df)
+                        extra["petastorm"].append(time.perf_counter() - t)
+                        extra["petastorm_convert"].append(conv_s)
+                    except Exception as exc:  # noqa: BLE001 - reported in the table, not fatal
+                        res["petastorm_error"] = f"{type(exc).__name__}: {exc}"
+                        res["petastorm_traceback"] = traceback.format_exc()[-3000:]
+            times.update({k: v for k, v in extra.items() if v})
+            res["scales"][str(s)] = {"rows": rows, "times_s": times,
+                                     "median_s": {k: statistics.median(v) for k, v in times.items()}}
+            df.unpersist()
+    finally:
+        stop_orca_context()
+    with open(a.out, "w") as fh:
+        json.dump(res, fh, indent=1)
+
+
+def rows_from(res: dict) -> list[dict]:
+    """Table rows: rows/s and MB/s of each method, ratio against the bare Arrow read."""
+    from harness import ratio, row
+
+    out: list[dict] = []
+    if "error" in res:
+        return [row("data", "data path (all methods)", None, "rows/s", target=">= 0.8", note=res["error"])]
+    bpr = res["bytes_per_row"]
+    names = {"orca": "Orca data path (adapters/convert/feed) vs bare mapInArrow read",
+             "toPandas": "toPandas + np.stack (driver) vs bare mapInArrow read",
+             "petastorm": "Petastorm make_spark_converter + torch loader vs bare mapInArrow read",
+             "arrow-bare": "bare mapInArrow read (the limit)"}
+    for s, sc in res["scales"].items():
+        med = sc["median_s"]
+        bare = sc["rows"] / med["arrow-bare"]
+        for m, target in (("orca", ">= 0.8"), ("toPandas", None), ("petastorm", None), ("arrow-bare", None)):
+            v = sc["rows"] / med[m] if m in med else None
+            note = res.get("petastorm_error", "not run") if m == "petastorm" and v is None else None
+            extra = {"mb_per_s": v * bpr / 1e6 if v else None, "note": note, "rows": sc["rows"]}
+            if m == "petastorm" and "petastorm_convert" in med:
+                extra["petastorm_convert_s"] = med["petastorm_convert"]
+            rel = ratio(v, bare) if m != "arrow-bare" else None
+            if s == "1":
+                out.append(row("data", names[m], v, "rows/s", rel, target, **extra))
+            out.append(row("scale", f"data path {m}, rows/s (ratio: vs bare read)", v, "rows/s", rel,
+                           scale=int(s), **extra))
+    return out
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,187 @@
+"""Part 4 (torch side): batch inference on a Spark DataFrame.
+
+Run in a fresh process by ``run.py``. One local Orca context (``local[2]``); the same MLP
+(784-512-512-10, eval mode, 1 intra-op thread per worker) and the same cached DataFrame
+(``features array<float>[784]``, 2 partitions) for every method; batch 256; each method is a full
+pass whose output is written to Spark's ``noop`` sink (or materialised, for Ray Data). The
+first call of each method is a warm-up (Python workers, Ray actors); then ``--repeats`` timed
+calls, methods interleaved, median reported.
+
+- ``orca``: ``Estimator.from_torch(model=...).predict(df, feature_cols=["features"])``.
+- ``predict_batch_udf``: ``pyspark.ml.functions.predict_batch_udf`` with ``input_tensor_shapes``,
+  the model built once per Python worker (its documented pattern).
+- ``ray-data``: ``ray.data.Dataset.map_batches`` with a callable class on an actor pool of 2
+  (``concurrency=2, num_cpus=1``) over the same rows as a materialised Ray Dataset.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import time
+from typing import Any
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+import cloudpickle  # noqa: E402
+import common  # noqa: E402
+
+cloudpickle.register_pickle_by_value(common)
+
+BATCH = 256
+
+
+def _model_state() -> dict:
+    import torch
+
+    torch.manual_seed(0)
+    return common.make_model().state_dict()
+
+
+def orca_predict(est: Any, df: Any) -> None:
+    est.predict(df, batch_size=BATCH, feature_cols=["features"]).write.format("noop").mode("overwrite").save()
+
+
+def make_udf_predict(state: dict) -> Any:
+    from pyspark.ml.functions import predict_batch_udf
+    from pyspark.sql.types import ArrayType, FloatType
+
+    def make_predict_fn():
+        import torch
+
+        torch.set_num_threads(1)
+        model = common.make_model()
+        model.load_state_dict(state)
+        model.eval()
+
+        def predict(x: np.ndarray) -> np.ndarray:
+            with torch.no_grad():
+                return model(torch.from_numpy(x)).numpy()
+
+        return predict
+
+    udf = predict_batch_udf(make_predict_fn, return_type=ArrayType(FloatType()), batch_size=BATCH,
+                            input_tensor_shapes=[[common.IN]])
+
+    def run(df: Any) -> None:
+        df.withColumn("prediction", udf("features")).write.format("noop").mode("overwrite").save()
+
+    return run
+
+
+class _RayPredictor:
+    def __init__(self, state: Any) -> None:
+        import ray
+        import torch
+
+        if isinstance(state, ray.ObjectRef):  # map_batches hands constructor args over as given
+            state = ray.get(state)
+        torch.set_num_threads(1)
+        self.torch = torch
+        self.model = common.make_model()
+        self.model.load_state_dict(state)
+        self.model.eval()
+
+    def __call__(self, batch: dict) -> dict:
+        with self.torch.no_grad():
+            out = self.model(self.torch.from_numpy(np.asarray(batch["features"], dtype=np.float32))).numpy()
+        return {"features": batch["features"], "label": batch["label"], "prediction": out}
+
+
+def ray_predict(ds: Any, state_ref: Any) -> int:
+    out = ds.map_batches(_RayPredictor, fn_constructor_args=(state_ref,), batch_size=BATCH, concurrency=2,
+                         num_cpus=1, batch_format="numpy").materialize()
+    return out.count()
+
+
+def main() -> None:
+    p = argparse.ArgumentParser()
+    p.add_argument("--rows", type=int, default=16384)
+    p.add_argument("--scales", default="1,4,16")
+    p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--out", required=True)
+    a = p.parse_args()
+    import pyarrow as pa
+    import ray
+    from datapath import make_df
+    from ray.data.extensions import ArrowTensorArray
+
+    from orca.core import init_orca_context, stop_orca_context
+    from orca.torch import Estimator
+
+    res: dict = {"rows": a.rows, "batch_size": BATCH, "repeats": a.repeats, "scales": {}}
+    ctx = init_orca_context(cluster_mode="local", cores=2, conf={"spark.ui.showConsoleProgress": "false",
+                                                                  "spark.driver.memory": "4g"})
+    spark = ctx.spark_session()
+    spark.sparkContext.setLogLevel("ERROR")
+    ray.init(num_cpus=2, include_dashboard=False, address="local", log_to_driver=False)
+    try:
+        from torch import nn
+
+        state = _model_state()
+        model = common.make_model()
+        model.load_state_dict(state)
+        est = Estimator.from_torch(model=model, loss=nn.CrossEntropyLoss(), backend="spark", workers_per_node=2,
+                                   use_tqdm=False)
+        udf_run = make_udf_predict(state)
+        state_ref = ray.put(state)
+        for s in [int(v) for v in a.scales.split(",")]:
+            rows = a.rows * s
+            df = make_df(spark, rows)
+            x = np.stack(df.select("features").toPandas()["features"].to_numpy()).astype(np.float32)
+            ds = ray.data.from_arrow(pa.table({"features": ArrowTensorArray.from_numpy(x),
+                                               "label": pa.array(np.zeros(rows, np.int64))})).materialize()
+            del x
+            methods = {"orca": lambda df=df: orca_predict(est, df), "predict_batch_udf": lambda df=df: udf_run(df),
+                       "ray-data": lambda ds=ds: ray_predict(ds, state_ref)}
+            times: dict[str, list[float]] = {m: [] for m in methods}
+            first: dict[str, float] = {}
+            for m, fn in methods.items():
+                t = time.perf_counter()
+                fn()
+                first[m] = time.perf_counter() - t
+            for _ in range(a.repeats):
+                for m, fn in methods.items():
+                    t = time.perf_counter()
+                    fn()
+                    times[m].append(time.perf_counter() - t)
+            res["scales"][str(s)] = {"rows": rows, "times_s": times, "first_call_s": first,
+                                     "median_s": {k: statistics.median(v) for k, v in times.items()}}
+            df.unpersist()
+    finally:
+        ray.shutdown()
+        stop_orca_context()
+    with open(a.out, "w") as fh:
+        json.dump(res, fh, indent=1)
+
+
+def rows_from(res: dict) -> list[dict]:
+    from harness import ratio, row
+
+    if "error" in res:
+        return [row("inference", "torch predict on a DataFrame (all methods)", None, "rows/s", target=">= 1.0",
+                    note=res["error"])]
+    out: list[dict] = []
+    for s, sc in res["scales"].items():
+        med = sc["median_s"]
+        v = {m: sc["rows"] / t for m, t in med.items()}
+        if s == "1":
+            out.append(row("inference", "Orca predict (torch) vs predict_batch_udf, rows/s", v["orca"], "rows/s",
+                           ratio(v["orca"], v["predict_batch_udf"]), ">= 1.0", reference=v["predict_batch_udf"]))
+            out.append(row("inference", "Orca predict (torch) vs Ray Data map_batches, rows/s", v["orca"], "rows/s",
+                           ratio(v["orca"], v["ray-data"]), ">= 1.0", reference=v["ray-data"]))
+            for m, t in sc["first_call_s"].items():
+                out.append(row("startup", f"inference {m}: first call (workers/actors start), s", t, "s"))
+        for m in ("orca", "predict_batch_udf", "ray-data"):
+            out.append(row("scale", f"inference {m}, rows/s (ratio: vs predict_batch_udf)", v[m], "rows/s",
+                           ratio(v[m], v["predict_batch_udf"]), scale=int(s), rows=sc["rows"]))
+    return out
+
+
+if __name__ == "__main__":
+    main()
