@@ -9,10 +9,9 @@ import pytest
 from orca.core.engine.adapters import get_data_source
 from orca.core.engine.callbacks import latest_checkpoint
 from orca.core.engine.convert import arrow_column_to_numpy, shard_to_part
-from orca.core.engine.feed import Feed, split_sizes, steps_per_epoch
+from orca.core.engine.feed import Feed, balanced_slices, split_sizes, steps_per_epoch
 from orca.core.engine.history import History
 from orca.core.engine.metrics import AUC, MAE, MSE, Accuracy, make_metrics, merge_states
-from orca.core.engine.ray_backend import balanced_slices
 
 
 def test_every_worker_takes_the_same_number_of_steps_whatever_its_share():
@@ -48,13 +47,14 @@ def test_balanced_slices_cut_exact_equal_row_ranges_across_parts():
     refs = [("a", 5), ("b", 0), ("c", 2), ("d", 7)]
     out = balanced_slices(refs, 3)
     rows = [sum(hi - lo for _, lo, hi in s) for s in out]
-    assert rows == [4, 5, 5]
-    assert out[0] == [("a", 0, 4)]
-    assert out[1] == [("a", 4, 5), ("c", 0, 2), ("d", 0, 2)]
+    assert rows == [5, 5, 4]  # sized as np.array_split
+    assert out[0] == [("a", 0, 5)]
+    assert out[1] == [("c", 0, 2), ("d", 0, 3)]
+    assert out[2] == [("d", 3, 7)]
 
 
 def test_one_part_for_two_workers_is_split_between_them():
-    assert [sum(hi - lo for _, lo, hi in s) for s in balanced_slices([("only", 9)], 2)] == [4, 5]
+    assert [sum(hi - lo for _, lo, hi in s) for s in balanced_slices([("only", 9)], 2)] == [5, 4]
 
 
 def test_metrics_merge_exactly_instead_of_averaging_means():

@@ -8,7 +8,14 @@ pytest_plugins = ["orca.core.testing.fixtures"]
 
 @pytest.fixture(params=["ray", "spark"])
 def backend(request):
-    """Every behaviour is checked on both backends."""
+    """Every behaviour is checked on both torch.distributed backends (the bigdl one shares their
+    code but for the gradient sync: it runs the tests that pin numbers, see all_backends)."""
+    return request.param
+
+
+@pytest.fixture(params=["bigdl", "ray", "spark"])
+def all_backends(request):
+    """The tests that pin exact numbers run on all three backends."""
     return request.param
 
 

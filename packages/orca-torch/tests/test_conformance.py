@@ -1,5 +1,6 @@
-"""orca-core's Estimator conformance suite, run against orca.torch on both backends."""
+"""orca-core's Estimator conformance suite, run against orca.torch on all three backends."""
 
+import pytest
 import torch
 from conftest import LinearNet, predict_plain, sgd
 from torch import nn
@@ -9,6 +10,10 @@ from orca.torch import Estimator
 
 
 class TestTorchConformance(EstimatorConformance):
+    @pytest.fixture(params=["bigdl", "ray", "spark"])
+    def backend(self, request):
+        return request.param
+
     def make_estimator(self, backend):
         torch.manual_seed(0)
         return Estimator.from_torch(model=LinearNet(), optimizer=sgd(0.05), loss=nn.MSELoss(), backend=backend,

@@ -28,7 +28,8 @@ def expected_sgd_weight(x, y, w, lr, batches):
     return w
 
 
-def test_data_parallel_sgd_equals_single_process_on_the_same_global_batches(orca_context, backend):
+def test_data_parallel_sgd_equals_single_process_on_the_same_global_batches(orca_context, all_backends):
+    backend = all_backends
     x = (np.arange(1, 9, dtype=np.float64) / 8).reshape(-1, 1).astype(np.float32)
     y = (2 * x).astype(np.float32)
     est = Estimator.from_torch(model=one_weight_model(), optimizer=sgd(0.1), loss=nn.MSELoss(), backend=backend,
@@ -79,7 +80,8 @@ def cnn(config):
                          nn.Linear(16 * 16, 64), nn.ReLU(), nn.Linear(64, 10))
 
 
-def test_cnn_on_digits_reaches_90_percent_test_accuracy(orca_context, backend):
+def test_cnn_on_digits_reaches_90_percent_test_accuracy(orca_context, all_backends):
+    backend = all_backends
     xtr, ytr, xte, yte = digits()
     est = Estimator.from_torch(model=cnn, optimizer=lambda m, c: torch.optim.Adam(m.parameters(), lr=3e-3),
                                loss=nn.CrossEntropyLoss(), metrics=["accuracy"], backend=backend, workers_per_node=2)

@@ -11,10 +11,10 @@ from orca.core.engine.errors import NotFittedError
 from orca.core.engine.estimator import BaseEstimator
 from orca.core.engine.runner import solo_runner
 from orca.torch._spec import build_model, check_loss, check_model, describe_optimizer
-from orca.torch.runner import TorchRunner
+from orca.torch.runner import BigDLTorchRunner, TorchRunner
 from torch import nn
 
-_LATER = {"bigdl": "#4 (the parameter-sync layer)", "horovod": "a later issue"}
+_LATER = {"horovod": "a later issue"}
 
 
 class Estimator(BaseEstimator):
@@ -24,8 +24,8 @@ class Estimator(BaseEstimator):
     ``load``, ``get_model``. See :class:`orca.core.engine.BaseEstimator` for the shared flow.
     """
 
-    runner_cls = TorchRunner
-    launchers = {"ray": "ray", "spark": "spark"}
+    runner_cls: type[TorchRunner] = TorchRunner
+    launchers = {"bigdl": "spark", "ray": "ray", "spark": "spark"}
 
     @classmethod
     def from_torch(
@@ -35,7 +35,7 @@ class Estimator(BaseEstimator):
         optimizer: torch.optim.Optimizer | Any = None,
         loss: nn.Module | Any = None,
         metrics: Any = None,
-        backend: str = "ray",
+        backend: str = "bigdl",
         config: dict[str, Any] | None = None,
         workers_per_node: int = 1,
         scheduler_creator: Any = None,
@@ -56,8 +56,11 @@ class Estimator(BaseEstimator):
                 ``f(output, target)``.
             metrics: metric names (``"accuracy"``, ``"top5accuracy"``, ``"binary_accuracy"``,
                 ``"mse"``, ``"mae"``, ``"auc"``), Metric objects or functions ``f(pred, target)``.
-            backend: ``"ray"`` (Ray actors, torch.distributed gloo) or ``"spark"`` (Spark barrier
-                tasks, torch.distributed gloo).
+            backend: ``"bigdl"`` (the default, as in the reference: Spark barrier tasks kept in step by
+                Orca's own parameter sync, :mod:`orca.core.sync`, a reduce-scatter + all-gather of the
+                flat gradients as in BigDL), ``"ray"`` (Ray actors, torch.distributed gloo) or
+                ``"spark"`` (Spark barrier tasks, torch.distributed gloo). All three run the same steps
+                and give the same weights.
             config: a dict handed to every creator.
             workers_per_node: workers per node; ``batch_size`` is split across all workers.
             scheduler_creator: ``f(optimizer, config)`` returning an LR scheduler, stepped per epoch.
@@ -81,9 +84,9 @@ class Estimator(BaseEstimator):
         """
         if backend in _LATER:
             raise ValueError(f"backend={backend!r} is not available yet (tracked in issue {_LATER[backend]}); "
-                             "use backend='ray' or backend='spark'.")
+                             "use backend='bigdl', 'ray' or 'spark'.")
         if backend not in cls.launchers:
-            raise ValueError(f"backend={backend!r} is not supported; use 'ray' or 'spark'.")
+            raise ValueError(f"backend={backend!r} is not supported; use 'bigdl', 'ray' or 'spark'.")
         if model is not None:
             check_model(model)
         check_loss(loss)
@@ -102,6 +105,8 @@ class Estimator(BaseEstimator):
             spec["timeout_s"] = ctx.settings.worker_timeout_s
         est = cls(spec=spec, backend=backend, workers_per_node=workers_per_node, metrics=metrics,
                   model_dir=model_dir, sync_stats=sync_stats, use_tqdm=use_tqdm)
+        if backend == "bigdl":
+            est.runner_cls = BigDLTorchRunner
         return est
 
     # ------------------------------------------------------------ adapters

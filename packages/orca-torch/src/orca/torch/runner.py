@@ -78,16 +78,30 @@ class TorchRunner(Runner):
         self.rank = rendezvous.rank
         self.epoch = 0
         if self.world > 1:
-            if dist.is_initialized():
-                dist.destroy_process_group()
-            timeout = datetime.timedelta(seconds=float(self.spec.get("timeout_s", 600)))
-            if rendezvous.master_addr.startswith("127."):
-                os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")  # keep gloo on loopback
-            dist.init_process_group("gloo", init_method=f"tcp://{rendezvous.master_addr}:{rendezvous.master_port}",
-                                    rank=self.rank, world_size=self.world, timeout=timeout)
+            self._join_group(rendezvous)
             with torch.no_grad():
                 for t in list(self.model.parameters()) + list(self.model.buffers()):
-                    dist.broadcast(t.data, src=0)
+                    self._broadcast_(t.data)
+
+    # ---------------------------------------------------------------- the group (gloo here; see BigDLTorchRunner)
+    def _join_group(self, rendezvous: Rendezvous) -> None:
+        """Join the workers' process group (only called when there are several workers)."""
+        if dist.is_initialized():
+            dist.destroy_process_group()
+        timeout = datetime.timedelta(seconds=float(self.spec.get("timeout_s", 600)))
+        if rendezvous.master_addr.startswith("127."):
+            os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")  # keep gloo on loopback
+        dist.init_process_group("gloo", init_method=f"tcp://{rendezvous.master_addr}:{rendezvous.master_port}",
+                                rank=self.rank, world_size=self.world, timeout=timeout)
+
+    def _allreduce_mean_(self, t: torch.Tensor) -> None:
+        """Replace ``t`` (contiguous) in place by its mean over all workers."""
+        dist.all_reduce(t, op=dist.ReduceOp.SUM)
+        t.div_(self.world)
+
+    def _broadcast_(self, t: torch.Tensor) -> None:
+        """Overwrite ``t`` in place with rank 0's ``t``."""
+        dist.broadcast(t, src=0)
 
     def collective(self) -> Collective | None:
         return _TorchCollective(self.world) if self.world > 1 and dist.is_initialized() else None
@@ -146,8 +160,7 @@ class TorchRunner(Runner):
 
     def _sync_gradients(self, flat: torch.Tensor) -> None:
         if self.world > 1:
-            dist.all_reduce(flat, op=dist.ReduceOp.SUM)
-            flat.div_(self.world)
+            self._allreduce_mean_(flat)
 
     def train_batch(self, batch: Batch) -> float:
         if self.optimizer is None:
@@ -188,8 +201,7 @@ class TorchRunner(Runner):
             with torch.no_grad():
                 for b in self.model.buffers():
                     if b.is_floating_point():
-                        dist.all_reduce(b.data, op=dist.ReduceOp.SUM)
-                        b.data /= self.world
+                        self._allreduce_mean_(b.data)
 
     def native_batches(self, creator: Any, batch_size: int, training: bool) -> Iterator[Batch]:
         from torch.utils.data import DataLoader, RandomSampler, Subset
@@ -236,3 +248,43 @@ class TorchRunner(Runner):
             self.optimizer.load_state_dict(state["optimizer"])
         if self.scheduler is not None and state.get("scheduler"):
             self.scheduler.load_state_dict(state["scheduler"])
+
+
+class BigDLTorchRunner(TorchRunner):
+    """The ``bigdl`` backend's runner: the same steps, kept in step by :mod:`orca.core.sync`
+    (BigDL's reduce-scatter + all-gather parameter sync) instead of torch.distributed.
+
+    Each step: local forward and backward into the flat gradient buffer, an allreduce-mean of
+    that buffer through the sync group, then the local optimizer step; every replica ends the
+    step with identical weights.
+    """
+
+    def _join_group(self, rendezvous: Rendezvous) -> None:
+        from orca.core.sync import SyncGroup
+
+        self.group = SyncGroup.from_rendezvous(rendezvous, timeout_s=float(self.spec.get("timeout_s", 600)))
+
+    def _allreduce_mean_(self, t: torch.Tensor) -> None:
+        if t.dtype in (torch.float32, torch.float64) and t.is_contiguous():
+            self.group.allreduce(t.numpy(), op="mean")  # a view: reduced in place
+            return
+        tmp = t.detach().to(torch.float64 if t.dtype == torch.float64 else torch.float32).contiguous().numpy()
+        self.group.allreduce(tmp, op="mean")
+        t.copy_(torch.from_numpy(tmp))
+
+    def _broadcast_(self, t: torch.Tensor) -> None:
+        if t.is_contiguous() and t.dtype != torch.bfloat16:  # numpy has no bfloat16
+            self.group.broadcast(t.numpy())
+            return
+        tmp = t.detach().to(torch.float32 if t.dtype == torch.bfloat16 else t.dtype).contiguous().numpy()
+        self.group.broadcast(tmp)
+        t.copy_(torch.from_numpy(tmp))
+
+    def collective(self) -> Collective | None:
+        return self.group if self.world > 1 else None
+
+    def shutdown(self) -> None:
+        group = getattr(self, "group", None)
+        if group is not None:
+            group.close()
+            self.group = None

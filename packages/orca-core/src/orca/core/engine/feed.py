@@ -11,8 +11,12 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
+
+#: ``(part or a reference to it, first row, end row)``: a contiguous row range of one part.
+Slice = tuple[Any, int, int]
 
 
 @dataclass
@@ -39,6 +43,40 @@ def split_sizes(n: int, parts: int) -> list[int]:
     """Sizes of ``np.array_split(range(n), parts)``."""
     base, extra = divmod(n, parts)
     return [base + (1 if i < extra else 0) for i in range(parts)]
+
+
+def balanced_slices(refs: Sequence[tuple[Any, int]], world: int) -> list[list[Slice]]:
+    """Cut the concatenation of parts into ``world`` contiguous row ranges, sized as
+    ``np.array_split`` would (the first ``total % world`` ranges one row longer).
+
+    Every launcher splits in-process data this way, so the same data gives every worker the
+    same rows on every backend.
+
+    Args:
+        refs: ``(part or reference, rows)`` in order.
+        world: number of workers.
+
+    Returns:
+        For each worker, the slices ``(ref, start, stop)`` it reads, in order.
+    """
+    total = sum(n for _, n in refs)
+    bounds = [0]
+    for size in split_sizes(total, world):
+        bounds.append(bounds[-1] + size)
+    out: list[list[Slice]] = [[] for _ in range(world)]
+    offset = 0
+    for ref, n in refs:
+        for w in range(world):
+            lo, hi = max(bounds[w], offset), min(bounds[w + 1], offset + n)
+            if lo < hi:
+                out[w].append((ref, lo - offset, hi - offset))
+        offset += n
+    return out
+
+
+def cut_part(part: dict[str, list[np.ndarray]], start: int, stop: int) -> dict[str, list[np.ndarray]]:
+    """Rows ``start:stop`` of a part (views, no copy)."""
+    return {"x": [a[start:stop] for a in part["x"]], "y": [a[start:stop] for a in part["y"]]}
 
 
 def steps_per_epoch(total_rows: int, batch_size: int) -> int:

@@ -21,14 +21,13 @@ from orca.core._net import find_free_port
 from orca.core.engine.adapters import DataSource, spark_select
 from orca.core.engine.convert import Part, part_rows, shard_to_part, table_to_part
 from orca.core.engine.errors import OrcaWorkerError
-from orca.core.engine.feed import Feed
+from orca.core.engine.feed import Feed, Slice, balanced_slices, cut_part
 from orca.core.engine.loop import FitArgs, evaluate_feed, run_fit, run_predict
 from orca.core.engine.runner import Collective, Rendezvous, SoloCollective
 
 log = logging.getLogger("orca")
 
 # A ref with the row range an actor takes from it.
-Slice = tuple[Any, int, int]
 
 
 def _ray():
@@ -93,10 +92,7 @@ def _load_slices(slices: Sequence[Slice]) -> Feed:
     if not slices:
         return Feed([], [])
     parts = ray.get([s[0] for s in slices])
-    cut: list[Part] = []
-    for part, (_, start, stop) in zip(parts, slices, strict=True):
-        cut.append({"x": [a[start:stop] for a in part["x"]], "y": [a[start:stop] for a in part["y"]]})
-    return Feed.concat(cut)
+    return Feed.concat([cut_part(part, start, stop) for part, (_, start, stop) in zip(parts, slices, strict=True)])
 
 
 class _Worker:
@@ -236,21 +232,6 @@ def _spark_to_ray(source: DataSource, need_labels: bool) -> list[tuple[Any, int]
         rdd = source.obj.rdd.map(lambda shard: shard_to_part(shard, fcols or None, lcols or None))
         rows = rdd.mapPartitions(put).collect()
     return [(rpickle.loads(blob), n) for blob, n in rows]
-
-
-def balanced_slices(refs: Sequence[tuple[Any, int]], world: int) -> list[list[Slice]]:
-    """Cut the concatenation of parts into ``world`` contiguous, equally sized row ranges."""
-    total = sum(n for _, n in refs)
-    bounds = [total * w // world for w in range(world + 1)]
-    out: list[list[Slice]] = [[] for _ in range(world)]
-    offset = 0
-    for ref, n in refs:
-        for w in range(world):
-            lo, hi = max(bounds[w], offset), min(bounds[w + 1], offset + n)
-            if lo < hi:
-                out[w].append((ref, lo - offset, hi - offset))
-        offset += n
-    return out
 
 
 class RayWorkerGroup:

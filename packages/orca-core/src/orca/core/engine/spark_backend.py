@@ -23,7 +23,7 @@ from orca.core._net import find_free_port
 from orca.core.engine.adapters import DataSource, spark_select
 from orca.core.engine.convert import Part, part_rows, shard_to_part, table_to_part
 from orca.core.engine.errors import OrcaWorkerError
-from orca.core.engine.feed import Feed
+from orca.core.engine.feed import Feed, balanced_slices, cut_part
 from orca.core.engine.loop import FitArgs, evaluate_feed, run_fit, run_predict
 from orca.core.engine.metrics import make_metrics
 from orca.core.engine.runner import Collective, Rendezvous, solo_runner
@@ -48,6 +48,7 @@ def _barrier_worker(job: dict[str, Any], train_parts: list[Part], val_parts: lis
 
     ctx = BarrierTaskContext.get()
     rank = ctx.partitionId()
+    runner = None
     try:
         feed = Feed.concat(train_parts)
         val = Feed.concat(val_parts) if job["has_val"] else None
@@ -73,6 +74,11 @@ def _barrier_worker(job: dict[str, Any], train_parts: list[Part], val_parts: lis
         runner.shutdown()
         return cloudpickle.dumps({"rank": rank, "history": history, "state": state, "digest": digest})
     except Exception as exc:  # noqa: BLE001 - travels back to the driver with its traceback
+        if runner is not None:  # close its connections now: peers waiting on this rank fail fast
+            try:
+                runner.shutdown()
+            except Exception:  # noqa: BLE001, S110 - the original error is the one to report
+                pass
         return cloudpickle.dumps({"rank": rank, "error": f"{type(exc).__name__}: {exc}",
                                   "traceback": "".join(traceback.format_exception(exc))})
 
@@ -80,7 +86,8 @@ def _barrier_worker(job: dict[str, Any], train_parts: list[Part], val_parts: lis
 def _raise_first_error(results: list[dict[str, Any]], what: str) -> None:
     errors = [r for r in results if "error" in r]
     if errors:
-        first = min(errors, key=lambda r: r["rank"])
+        # a rank that only lost its peer reports a consequence: name the cause first
+        first = min(errors, key=lambda r: (r["error"].startswith("PeerLostError"), r["rank"]))
         raise OrcaWorkerError(f"Orca worker {first['rank']} failed during {what}: {first['error']}",
                               rank=first["rank"], worker_traceback=first["traceback"])
 
@@ -197,11 +204,10 @@ class SparkWorkerGroup:
         if source.kind == "creator":  # each worker builds its own loader; tasks only need to exist
             rdd = self.spark().sparkContext.parallelize([], n)
         else:
-            rdd = _tagged_parts_rdd(self.spark(), source, 0, True)
+            rdd = _keyed_parts_rdd(self.spark(), source, 0, n)
         if val_source is not None and val_source.kind != "creator":
-            rdd = rdd.union(_tagged_parts_rdd(self.spark(), val_source, 1, True))
-        keyed = rdd.zipWithIndex().map(lambda t: (t[1] % n, t[0]))
-        parts_rdd = keyed.partitionBy(n, lambda k: int(k)).values()
+            rdd = rdd.union(_keyed_parts_rdd(self.spark(), val_source, 1, n))
+        parts_rdd = rdd.partitionBy(n, lambda k: int(k)).values()
 
         def task(items: Iterator[tuple[int, Part]]) -> Iterator[bytes]:
             job = cloudpickle.loads(bc.value)
@@ -282,6 +288,16 @@ class SparkWorkerGroup:
         if not outs:
             return []
         return [np.concatenate([o[i] for o in outs]) for i in range(len(outs[0]))]
+
+
+def _keyed_parts_rdd(spark: Any, source: DataSource, tag: int, world: int) -> Any:
+    """An RDD of ``(worker, (tag, part))``: in-process data cut into the same contiguous, balanced
+    ranges the Ray launcher uses (:func:`balanced_slices`), XShards dealt round-robin."""
+    if source.kind == "local":
+        slices = balanced_slices([(p, part_rows(p)) for p in source.obj], world)
+        items = [(w, (tag, cut_part(p, lo, hi))) for w, share in enumerate(slices) for p, lo, hi in share]
+        return spark.sparkContext.parallelize(items, max(1, min(len(items), world)))
+    return _tagged_parts_rdd(spark, source, tag, True).zipWithIndex().map(lambda t: (t[1] % world, t[0]))
 
 
 def _tagged_parts_rdd(spark: Any, source: DataSource, tag: int, need_labels: bool) -> Any:
