@@ -103,7 +103,8 @@ class RayXShards(XShards):
 
     def num_rows_per_partition(self) -> list[int]:
         """Rows in each shard, counted in Ray tasks."""
-        task = remote(st.num_rows)
+        # metadata only: no CPU, so it runs while an Estimator's actors hold every CPU
+        task = remote(st.num_rows).options(num_cpus=0)
         return ensure_ray().get([task.remote(ref) for ref in self.refs])
 
     def repartition(self, num_partitions: int) -> RayXShards:
@@ -171,7 +172,8 @@ class RayXShards(XShards):
     def _first_map(self, fn: Callable[[Any], Any]) -> Any:
         if not self.refs:
             raise IndexError("empty XShards")
-        return ensure_ray().get(remote(_apply).remote(self.refs[0], fn))
+        # a small check (input validation) on one shard: no CPU, as above
+        return ensure_ray().get(remote(_apply).options(num_cpus=0).remote(self.refs[0], fn))
 
     def _write_shards(self, path: str) -> None:
         task = remote(_write)
