@@ -1,5 +1,5 @@
 """orca.torch on real multi-process clusters on this machine: a Spark standalone master +
-worker (spark backend) and a two-node Ray cluster (ray backend). Each driver runs in its
+worker (spark and bigdl backends) and a two-node Ray cluster (ray backend). Each driver runs in its
 own interpreter, since the test session already holds the local context."""
 
 import pytest
@@ -15,7 +15,7 @@ from orca.core import init_orca_context, stop_orca_context
 from orca.torch import Estimator
 
 kind = os.environ["ORCA_TEST_KIND"]
-if kind == "spark":
+if kind in ("spark", "bigdl"):
     ctx = init_orca_context(cluster_mode="standalone", master=os.environ["ORCA_MASTER"], cores=2, num_nodes=1,
                             memory="1g")
 else:
@@ -28,7 +28,7 @@ y = (x @ np.array([1, -2, 0.5, 3], np.float32)).astype(np.float32)
 df = spark.createDataFrame(pd.DataFrame({"x": list(x), "y": y})).repartition(3)
 torch.manual_seed(0)
 est = Estimator.from_torch(model=nn.Linear(4, 1), optimizer=lambda m, c: torch.optim.SGD(m.parameters(), lr=0.1),
-                           loss=nn.MSELoss(), backend=kind, workers_per_node=2 if kind == "spark" else 1)
+                           loss=nn.MSELoss(), backend=kind, workers_per_node=1 if kind == "ray" else 2)
 hist = est.fit(df, epochs=5, batch_size=20, feature_cols=["x"], label_cols=["y"])
 digests = est.worker_weight_digests()
 pred = est.predict(df, feature_cols=["x"]).toPandas()
@@ -48,8 +48,9 @@ print(json.dumps({"loss": hist.history["train_loss"], "workers": len(digests), "
 '''
 
 
-def test_spark_backend_trains_on_a_standalone_cluster(spark_standalone_master):
-    out = run_python(DRIVER, env={"ORCA_TEST_KIND": "spark", "ORCA_MASTER": spark_standalone_master}, timeout_s=500)
+@pytest.mark.parametrize("kind", ["spark", "bigdl"])
+def test_spark_and_bigdl_backends_train_on_a_standalone_cluster(spark_standalone_master, kind):
+    out = run_python(DRIVER, env={"ORCA_TEST_KIND": kind, "ORCA_MASTER": spark_standalone_master}, timeout_s=500)
     assert out["n"] == 200 and out["workers"] == 2 and out["same"]
     assert out["loss"][-1] < 0.05 * out["loss"][0]
     assert out["max_err"] < 1e-5

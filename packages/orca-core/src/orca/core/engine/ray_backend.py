@@ -27,8 +27,6 @@ from orca.core.engine.runner import Collective, Rendezvous, SoloCollective
 
 log = logging.getLogger("orca")
 
-# A ref with the row range an actor takes from it.
-
 
 def _ray():
     import ray
