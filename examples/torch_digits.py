@@ -5,7 +5,7 @@ This is the whole job end to end, on the embedded local engine (no cluster, no d
 1. start Orca locally (Spark on 127.0.0.1; Ray starts when the first Ray worker is needed),
 2. turn scikit-learn's 8x8 digit images into Spark DataFrames (an array column of 64 floats
    and a ``long`` label column), split into training and held-out test rows,
-3. train data-parallel on 2 workers (``--backend ray`` or ``--backend spark``),
+3. train data-parallel on 2 workers (``--backend ray``, ``spark`` or ``bigdl``),
 4. evaluate and predict on the held-out DataFrame,
 5. save the model and open the file again with plain ``torch.load(weights_only=True)``.
 
@@ -83,7 +83,7 @@ def digits_dataframes(spark, test_size: float = 0.2, seed: int = 0):
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--backend", choices=["ray", "spark"], default="ray", help="where the workers run")
+    parser.add_argument("--backend", choices=["ray", "spark", "bigdl"], default="ray", help="where the workers run")
     parser.add_argument("--workers", type=int, default=2, help="data-parallel workers (default 2)")
     parser.add_argument("--epochs", type=int, default=10)
     parser.add_argument("--batch-size", type=int, default=64, help="global batch size, split across workers")
