@@ -1,20 +1,21 @@
-"""Orca for TensorFlow/Keras models: not built yet.
+"""Orca for TensorFlow 2 / Keras models: ``from orca.tf import Estimator``.
 
-This distribution (``orca-tf``) reserves the ``orca.tf`` namespace. The planned public API is
-``Estimator.from_keras(...)`` in the reference Orca shape; until it lands, importing any of it raises an
-``ImportError`` that says so, rather than handing out a half-working stand-in.
-
->>> from orca.tf import Estimator  # doctest: +SKIP
-Traceback (most recent call last):
-ImportError: orca.tf.Estimator is not implemented yet; ...
+``Estimator.from_keras(model_creator=...)`` trains a Keras 3 or tf_keras model data-parallel
+on Ray actors or Spark barrier tasks, kept in step over a tf.distribute
+MultiWorkerMirroredStrategy. TensorFlow is imported when the Estimator is first used.
 """
 
 from __future__ import annotations
 
-from orca.core._planned import planned_getattr
+from typing import Any
 
 __version__ = "0.1.0"
-__all__: list[str] = []
+__all__ = ["Estimator"]
 
-# Names this package will export once built; asking for one now is a clear ImportError (PEP 562).
-__getattr__ = planned_getattr("orca.tf", {"Estimator"}, "track issue #5 for progress")
+
+def __getattr__(name: str) -> Any:
+    if name == "Estimator":  # lazy: importing orca.tf does not import TensorFlow
+        from orca.tf.estimator import Estimator
+
+        return Estimator
+    raise AttributeError(f"module 'orca.tf' has no attribute {name!r}")

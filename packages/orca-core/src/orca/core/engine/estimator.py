@@ -218,7 +218,11 @@ class BaseEstimator:
             states = self._ray_group().evaluate(src, batch_size, self.metrics)
         else:
             states = self._spark_group().evaluate(self._state, src, batch_size, self.metrics)
-        return merge_eval_states(self.metrics, states, prefix="val_")
+        return merge_eval_states(self.metrics, states, prefix="val_", runner=self._metric_runner())
+
+    def _metric_runner(self) -> Runner | None:
+        """A driver-side runner that merges the framework's own metric states (frameworks that keep some)."""
+        return None
 
     def _refuse_if_inference_only(self, method: str) -> None:
         if self.inference_only:

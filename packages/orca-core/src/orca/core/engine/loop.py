@@ -48,6 +48,7 @@ def evaluate_feed(
     loss = Mean("val_loss")
     for m in metrics:
         m.reset()
+    runner.metric_states()  # start the framework's own metrics afresh
     for batch in batches:
         if batch.size == 0:
             continue
@@ -62,17 +63,25 @@ def evaluate_feed(
                 m.update(np.asarray(outputs[0]), target)
     states = {m.name: m.state for m in metrics}
     states["__loss__"] = loss.state
+    states["__framework__"] = runner.metric_states()
     return states
 
 
-def merge_eval_states(metric_spec: Any, states: Sequence[dict[str, Any]], prefix: str = "") -> dict[str, float]:
-    """Merge the ``evaluate_feed`` states of all workers into ``{name: value}``."""
+def merge_eval_states(metric_spec: Any, states: Sequence[dict[str, Any]], prefix: str = "",
+                      runner: Runner | None = None) -> dict[str, float]:
+    """Merge the ``evaluate_feed`` states of all workers into ``{name: value}``.
+
+    ``runner`` merges the framework's own metric states (see :meth:`Runner.metric_states`).
+    """
     metrics = make_metrics(metric_spec)
     loss = Mean()
     for s in states:
         loss.merge(s["__loss__"])
     out = {f"{prefix}loss": loss.result()}
     out.update({f"{prefix}{k}": v for k, v in merge_states(metrics, list(states)).items()})
+    own = [s.get("__framework__") for s in states]
+    if runner is not None and any(o is not None for o in own):
+        out.update({f"{prefix}{k}": v for k, v in runner.merge_metric_states([o for o in own if o is not None]).items()})
     out["num_samples"] = int(loss.state["count"])
     return out
 
@@ -127,6 +136,7 @@ def run_fit(
             cb.on_epoch_begin(epoch)
         t0 = time.perf_counter()
         loss = Mean()
+        runner.metric_states()  # start the framework's own metrics afresh
         if feed is not None:
             batches: Any = feed.train_batches(
                 counts, rank, args.batch_size, epoch=epoch, shuffle=args.shuffle, seed=args.seed
@@ -145,7 +155,7 @@ def run_fit(
             if report is not None:
                 report({"event": "step", "epoch": epoch + 1, "loss": value})
         runner.on_epoch_end(epoch)
-        local: dict[str, Any] = {"train": loss.state, "steps": step + 1}
+        local: dict[str, Any] = {"train": loss.state, "steps": step + 1, "own": runner.metric_states()}
         if val_feed is not None or args.val_creator is not None:
             vbatches = (
                 val_feed.batches(local_bs)
@@ -165,8 +175,10 @@ def run_fit(
             "loss": train.result(),
             "epoch_time_s": time.perf_counter() - t0,
         }
+        if local["own"] is not None:
+            stats.update(runner.merge_metric_states([g["own"] for g in gathered]))
         if "val" in local:
-            merged = merge_eval_states(args.metrics, [g["val"] for g in gathered], prefix="val_")
+            merged = merge_eval_states(args.metrics, [g["val"] for g in gathered], prefix="val_", runner=runner)
             merged.pop("num_samples", None)
             stats.update(merged)
         history.append(stats)

@@ -287,9 +287,12 @@ class RayWorkerGroup:
         self.actors = [worker_cls.remote(self.runner_cls, spec_blob, self.cpus_per_worker)
                        for _ in range(self.num_workers)]
         try:
-            host, port = self._get([self.actors[0].address.remote()], "start")[0]
+            # every worker reserves a port: frameworks with a full cluster spec (TF_CONFIG) need them all
+            addrs = self._get([a.address.remote() for a in self.actors], "start")
+            host, port = addrs[0]
+            extra = {"worker_addresses": [f"{h}:{p}" for h, p in addrs]}
             rdvs = [Rendezvous(rank=r, world_size=self.num_workers, master_addr=host, master_port=port,
-                               host=host) for r in range(self.num_workers)]
+                               host=addrs[r][0], extra=extra) for r in range(self.num_workers)]
             self._get([a.setup.remote(rdv) for a, rdv in zip(self.actors, rdvs, strict=True)], "setup")
         except BaseException:
             self.shutdown()

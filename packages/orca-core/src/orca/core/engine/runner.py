@@ -28,7 +28,8 @@ class Rendezvous:
         master_port: a free port on rank 0's host, reserved for the process group.
         counts: training rows each rank holds (same list on every worker).
         host: this worker's host address.
-        extra: backend-specific facts (e.g. all workers' addresses).
+        extra: backend-specific facts; every backend sets ``worker_addresses``: each rank's
+            ``"host:port"`` with a port reserved for that rank (e.g. for TF_CONFIG).
     """
 
     rank: int
@@ -127,6 +128,19 @@ class Runner(abc.ABC):
         same number of batches.
         """
         raise TypeError(f"{type(self).__name__} does not take data-creator functions.")
+
+    def metric_states(self) -> Any:
+        """The framework's own metrics accumulated since the last call, then reset (optional).
+
+        Return picklable states that :meth:`merge_metric_states` can merge exactly across
+        workers (e.g. each metric's sum and count), or ``None`` when the framework keeps none.
+        The engine reads them after each training epoch and around each evaluation.
+        """
+        return None
+
+    def merge_metric_states(self, states: list[Any]) -> dict[str, float]:
+        """Merge every worker's :meth:`metric_states` into ``{metric name: value}``."""
+        return {}
 
     def on_epoch_end(self, epoch: int) -> None:  # noqa: B027 - an optional hook
         """Framework work at the end of an epoch (LR scheduler step, buffer sync)."""

@@ -54,12 +54,13 @@ def _barrier_worker(job: dict[str, Any], train_parts: list[Part], val_parts: lis
         val = Feed.concat(val_parts) if job["has_val"] else None
         infos = ctx.getTaskInfos()
         host = infos[rank].address.split(":")[0] or "127.0.0.1"
-        port = find_free_port(host) if rank == 0 else 0
+        port = find_free_port(host)  # every rank's: frameworks with a cluster spec (TF_CONFIG) need them all
         gathered = [json.loads(m) for m in ctx.allGather(json.dumps({"port": port, "rows": feed.num_rows}))]
         counts = tuple(int(g["rows"]) for g in gathered)
-        master = infos[0].address.split(":")[0] or "127.0.0.1"
-        rdv = Rendezvous(rank=rank, world_size=len(infos), master_addr=master, master_port=gathered[0]["port"],
-                         counts=counts, host=host)
+        hosts = [i.address.split(":")[0] or "127.0.0.1" for i in infos]
+        extra = {"worker_addresses": [f"{h}:{g['port']}" for h, g in zip(hosts, gathered, strict=True)]}
+        rdv = Rendezvous(rank=rank, world_size=len(infos), master_addr=hosts[0], master_port=gathered[0]["port"],
+                         counts=counts, host=host, extra=extra)
         runner = job["runner_cls"](dict(job["spec"], threads=job["threads"]))
         runner.setup(rdv)
         if job["state"] is not None:

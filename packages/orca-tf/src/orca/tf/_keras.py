@@ -1,0 +1,66 @@
+"""What differs between Keras 3 and tf_keras (Keras 2), in one place.
+
+Both flavours are driven the same way: the runner computes the compiled loss under a
+``GradientTape``, the gradients are all-reduced, and the compiled optimizer applies them.
+Only the names of a few calls differ.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+def is_legacy(model: Any) -> bool:
+    """True for a tf_keras (Keras 2) model, False for Keras 3."""
+    return any(c.__module__.startswith(("tf_keras", "keras.src.engine", "keras.engine"))
+               for c in type(model).__mro__)
+
+
+def check_model(model: Any, where: str = "the model creator") -> None:
+    """Raise TypeError unless ``model`` is a compiled Keras model (either flavour)."""
+    if not (hasattr(model, "trainable_variables") and hasattr(model, "compile") and hasattr(model, "predict")):
+        raise TypeError(f"{where} returned {type(model).__name__}; return a compiled keras.Model.")
+
+
+def is_compiled(model: Any) -> bool:
+    """True when ``model.compile(...)`` set an optimizer and a loss."""
+    return getattr(model, "optimizer", None) is not None and getattr(model, "loss", None) is not None
+
+
+def compute_loss(model: Any, x: Any, y: Any, y_pred: Any, sample_weight: Any, training: bool) -> Any:
+    """The compiled loss (with regularisation losses) of one batch."""
+    if is_legacy(model):
+        return model.compute_loss(x=x, y=y, y_pred=y_pred, sample_weight=sample_weight)
+    return model.compute_loss(x=x, y=y, y_pred=y_pred, sample_weight=sample_weight, training=training)
+
+
+def apply_gradients(model: Any, grads: list[Any], variables: list[Any]) -> None:
+    """Let the compiled optimizer apply ``grads`` (already averaged over workers)."""
+    if is_legacy(model):
+        # gradients are already summed over workers; no strategy is active, nothing to aggregate
+        model.optimizer.apply_gradients(zip(grads, variables, strict=True))
+    else:
+        model.optimizer.apply(grads, variables)
+
+
+def compiled_metrics(model: Any) -> list[Any]:
+    """The compiled metrics (not the loss tracker), built or not."""
+    return [m for m in model.metrics if m.name != "loss"]
+
+
+def optimizer_variables(model: Any) -> list[Any]:
+    """The optimizer's state variables (iterations, slots)."""
+    opt = model.optimizer
+    return list(opt.variables) if not callable(getattr(opt, "variables", None)) else list(opt.variables())
+
+
+def build_optimizer(model: Any) -> None:
+    """Create the optimizer's slot variables now, so its state can be set before the first step."""
+    opt = model.optimizer
+    if opt is None:
+        return
+    if is_legacy(model):
+        if hasattr(opt, "build"):
+            opt.build(model.trainable_variables)
+    elif not getattr(opt, "built", False):
+        opt.build(model.trainable_variables)

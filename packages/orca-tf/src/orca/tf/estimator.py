@@ -1,0 +1,325 @@
+"""The TensorFlow 2 / Keras Estimator: ``Estimator.from_keras(model_creator=...)``."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from orca.core.engine.adapters import DataSource, get_data_source
+from orca.core.engine.callbacks import Callback
+from orca.core.engine.estimator import BaseEstimator
+from orca.core.engine.history import History
+from orca.core.engine.runner import Runner, solo_runner
+from orca.tf.runner import KerasRunner
+
+_LATER = {"horovod": "a later issue (it needs its own TF 2.15 environment)"}
+#: engine stats that are not Keras history keys
+_ENGINE_KEYS = ("train_loss", "epoch", "num_samples", "batch_count", "epoch_time_s")
+
+
+class _KerasFit(Callback):
+    """Carries one ``fit`` call's Keras options into every worker and drives the Keras callbacks there."""
+
+    def __init__(self, options: dict[str, Any]) -> None:
+        self.options = options
+        self.has_callbacks = bool(options.get("callbacks"))
+
+    def on_train_begin(self, logs: dict[str, Any] | None = None) -> None:
+        self.runner.begin_fit(self.options)  # type: ignore[attr-defined]
+        if self.has_callbacks:
+            self.runner.keras_event("on_train_begin", {})  # type: ignore[attr-defined]
+
+    def on_epoch_begin(self, epoch: int, logs: dict[str, Any] | None = None) -> None:
+        if self.has_callbacks:
+            self.runner.keras_event("on_epoch_begin", epoch, {})  # type: ignore[attr-defined]
+
+    def on_batch_end(self, step: int, logs: dict[str, Any] | None = None) -> None:
+        if self.has_callbacks:
+            self.runner.keras_event("on_train_batch_end", step, dict(logs or {}))  # type: ignore[attr-defined]
+
+    def on_epoch_end(self, epoch: int, logs: dict[str, Any] | None = None) -> None:
+        if self.has_callbacks:
+            keras_logs = {k: v for k, v in (logs or {}).items() if k not in _ENGINE_KEYS}
+            if self.runner.keras_event("on_epoch_end", epoch, keras_logs):  # type: ignore[attr-defined]
+                self.runner.stop_training = True
+
+    def on_train_end(self, logs: dict[str, Any] | None = None) -> None:
+        if self.has_callbacks:
+            self.runner.keras_event("on_train_end", {})  # type: ignore[attr-defined]
+
+
+class Estimator(BaseEstimator):
+    """Distributed training and inference of a Keras model (Keras 3 or tf_keras) on Ray or Spark.
+
+    Create it with :meth:`from_keras`; then ``fit``, ``evaluate``, ``predict``, ``save``, ``load``,
+    ``save_weights``, ``load_weights``, ``get_model``. See :class:`orca.core.engine.BaseEstimator`.
+    """
+
+    runner_cls = KerasRunner
+    launchers = {"ray": "ray", "spark": "spark"}
+
+    @classmethod
+    def from_keras(
+        cls,
+        *,
+        model_creator: Callable[[dict[str, Any]], Any],
+        config: dict[str, Any] | None = None,
+        compile_args_creator: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
+        workers_per_node: int = 1,
+        backend: str = "ray",
+        model_dir: str | None = None,
+        verbose: int = 1,
+        seed: int | None = 0,
+    ) -> Estimator:
+        """Build an Estimator from a Keras model creator.
+
+        Args:
+            model_creator: ``f(config)`` returning a compiled ``keras.Model`` (Keras 3, or tf_keras
+                for Keras 2). It runs on every worker.
+            config: a dict handed to the creators and to data creators.
+            compile_args_creator: ``f(config)`` returning ``model.compile`` keyword arguments, for a
+                creator that returns an uncompiled model.
+            workers_per_node: workers on each node; ``batch_size`` is split across all workers.
+            backend: ``"ray"`` (Ray actors) or ``"spark"`` (Spark barrier tasks); both keep the
+                replicas in step over a ``tf.distribute.MultiWorkerMirroredStrategy``.
+            model_dir: default directory for checkpoints (a shared filesystem on a cluster).
+            verbose: 0 hides the driver's progress bar.
+            seed: seeds model creation and shuffling on every worker (``None``: unseeded).
+
+        Returns:
+            The Estimator. No worker starts until the first call that needs one.
+
+        Raises:
+            ValueError: an unknown backend.
+            TypeError: ``model_creator`` or ``compile_args_creator`` is not callable.
+
+        Example:
+            >>> def model_creator(config):
+            ...     model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(1)])
+            ...     model.compile(optimizer="sgd", loss="mse")
+            ...     return model
+            >>> est = Estimator.from_keras(model_creator=model_creator, backend="spark")  # doctest: +SKIP
+            >>> est.fit(df, epochs=2, batch_size=64, feature_cols=["x"], label_cols=["y"])  # doctest: +SKIP
+        """
+        if backend in _LATER:
+            raise ValueError(f"backend={backend!r} is not available yet (tracked in {_LATER[backend]}); "
+                             "use backend='ray' or backend='spark'.")
+        if not callable(model_creator) or isinstance(model_creator, type):
+            raise TypeError(f"model_creator must be a function f(config) returning a compiled keras.Model, got "
+                            f"{type(model_creator).__name__}.")
+        if compile_args_creator is not None and not callable(compile_args_creator):
+            raise TypeError("compile_args_creator must be a function f(config) returning compile() arguments.")
+        spec: dict[str, Any] = {"model_creator": model_creator, "compile_args_creator": compile_args_creator,
+                                "config": dict(config or {}), "seed": seed}
+        from orca.core.context import OrcaContext
+
+        active = OrcaContext.active()
+        spec["timeout_s"] = active.settings.worker_timeout_s if active is not None else 600.0
+        return cls(spec=spec, backend=backend, workers_per_node=workers_per_node, model_dir=model_dir,
+                   use_tqdm=bool(verbose))
+
+    # ------------------------------------------------------------ data
+    def extra_adapters(self) -> Sequence[Any]:
+        """Reject a bare ``tf.data.Dataset`` with the fix: wrap it in a data creator."""
+
+        def dataset_adapter(data: Any) -> DataSource | None:
+            if type(data).__module__.startswith("tensorflow") and hasattr(data, "element_spec"):
+                raise TypeError("a tf.data.Dataset cannot be shipped to the workers; pass a data creator "
+                                "f(config, batch_size) that builds and batches it.")
+            return None
+
+        return (dataset_adapter,)
+
+    def _source(self, data: Any, feature_cols: Any, label_cols: Any, need_labels: bool, arg: str) -> DataSource:
+        # string feature columns feed TextVectorization / StringLookup layers
+        return get_data_source(data, feature_cols=feature_cols, label_cols=label_cols, need_labels=need_labels,
+                               arg=arg, allow_strings=True, extra_adapters=self.extra_adapters())
+
+    def _metric_runner(self) -> Runner | None:
+        if getattr(self, "_driver_runner", None) is None:
+            self._driver_runner = solo_runner(KerasRunner, self.spec, None)
+        return self._driver_runner
+
+    # ------------------------------------------------------------ API
+    def fit(  # type: ignore[override]
+        self,
+        data: Any,
+        epochs: int = 1,
+        batch_size: int = 32,
+        steps_per_epoch: int | None = None,
+        validation_data: Any = None,
+        validation_steps: int | None = None,
+        validation_freq: int = 1,
+        callbacks: list[Any] | None = None,
+        class_weight: dict[int, float] | None = None,
+        initial_epoch: int = 0,
+        feature_cols: str | Sequence[str] | None = None,
+        label_cols: str | Sequence[str] | None = None,
+        verbose: int | None = None,
+        shuffle: bool = True,
+    ) -> History:
+        """Train data-parallel; every step applies exactly the global batch's gradient.
+
+        Args:
+            data: a Spark DataFrame (with ``feature_cols``/``label_cols``), an XShards, numpy data
+                (an array, ``(x, y)`` or ``{"x": ..., "y": ...}``), or a data creator
+                ``f(config, batch_size)`` returning a batched ``tf.data.Dataset`` (``batch_size`` is
+                then the per-worker batch).
+            epochs: the epoch to train up to (Keras' meaning: ``epochs - initial_epoch`` epochs run).
+            batch_size: the global batch size, split across the workers.
+            steps_per_epoch: steps of a data-creator epoch (needed when its dataset's size is
+                unknown). For DataFrames, XShards and numpy it is derived: ``ceil(rows / batch_size)``.
+            validation_data: data of the same kind, evaluated after every ``validation_freq`` epochs.
+            validation_steps: batches of a data-creator validation set per worker.
+            validation_freq: keep validation results every this many epochs.
+            callbacks: Keras callbacks (``ModelCheckpoint`` and ``TensorBoard`` write on the chief
+                only; ``EarlyStopping``, ``LearningRateScheduler``, ``ReduceLROnPlateau`` run on every
+                worker with the merged logs) or orca Callbacks.
+            class_weight: ``{class index: weight}`` applied as per-sample loss weights.
+            initial_epoch: the epoch to start from (resuming).
+            feature_cols: input column(s).
+            label_cols: target column(s).
+            verbose: 0 hides the progress bar for this call.
+            shuffle: shuffle each worker's rows every epoch.
+
+        Returns:
+            A History: ``history.history`` has Keras' keys (``loss``, compiled metric names,
+            ``val_loss``, ``val_<metric>``) plus ``num_samples`` and ``epoch_time_s``.
+
+        Raises:
+            ValueError / TypeError: bad input, named on the driver before any worker starts.
+            OrcaWorkerError: a worker failed; carries its traceback.
+        """
+        if not isinstance(initial_epoch, int) or initial_epoch < 0:
+            raise ValueError(f"initial_epoch must be a non-negative int, got {initial_epoch!r}.")
+        if not isinstance(epochs, int) or epochs <= initial_epoch:
+            raise ValueError(f"epochs must be an int greater than initial_epoch={initial_epoch}, got {epochs!r}.")
+        if not isinstance(validation_freq, int) or validation_freq < 1:
+            raise ValueError(f"validation_freq must be a positive int, got {validation_freq!r}.")
+        keras_cbs = [cb for cb in callbacks or [] if not isinstance(cb, Callback)]
+        for cb in keras_cbs:
+            if not hasattr(cb, "set_model") or not hasattr(cb, "on_epoch_end"):
+                raise TypeError(f"callbacks: {cb!r} is neither a Keras callback nor an orca Callback.")
+        orca_cbs = [cb for cb in callbacks or [] if isinstance(cb, Callback)]
+        if initial_epoch:
+            self._epoch = initial_epoch
+        options = {"callbacks": keras_cbs, "class_weight": class_weight, "epochs": epochs,
+                   "steps_per_epoch": steps_per_epoch, "validation_steps": validation_steps, "steps": steps_per_epoch}
+        use_tqdm = self.use_tqdm
+        if verbose is not None:
+            self.use_tqdm = bool(verbose)
+        try:
+            history = super().fit(data, epochs=epochs - initial_epoch, batch_size=batch_size,
+                                  feature_cols=feature_cols, label_cols=label_cols, validation_data=validation_data,
+                                  callbacks=[_KerasFit(options), *orca_cbs], shuffle=shuffle)
+        finally:
+            self.use_tqdm = use_tqdm
+        if validation_freq > 1:
+            for stats in history:
+                if stats["epoch"] % validation_freq:
+                    for key in [k for k in stats if k.startswith("val_")]:
+                        del stats[key]
+        return history
+
+    def evaluate(self, data: Any, batch_size: int = 32, feature_cols: Any = None,
+                 label_cols: Any = None) -> dict[str, float]:
+        """Evaluate the compiled loss and metrics exactly over ``data`` (merged over all workers).
+
+        Returns:
+            ``{"loss": ..., "<metric>": ..., "num_samples": N}`` with Keras' metric names; the
+            same values are also under ``val_``-prefixed keys.
+        """
+        stats = super().evaluate(data, batch_size=batch_size, feature_cols=feature_cols, label_cols=label_cols)
+        plain = {k[4:]: v for k, v in stats.items() if k.startswith("val_")}
+        return {**plain, **stats}
+
+    # ------------------------------------------------------------ model I/O
+    def get_model(self) -> Any:
+        """The trained Keras model (a copy built on the driver)."""
+        runner = solo_runner(KerasRunner, self.spec, self.get_state())
+        assert isinstance(runner, KerasRunner)
+        return runner.model
+
+    def save(self, filepath: str, overwrite: bool = True, include_optimizer: bool = True,
+             save_format: str | None = None) -> str:
+        """Save the model so plain Keras opens it.
+
+        Args:
+            filepath: ``*.keras`` (Keras' native format), ``*.h5``/``*.hdf5`` (HDF5), or a directory
+                for a TF SavedModel (``keras.layers.TFSMLayer`` or ``tf.saved_model.load`` open it;
+                tf_keras' ``load_model`` too).
+            overwrite: replace an existing file.
+            include_optimizer: also save the optimizer state (``.keras`` and h5).
+            save_format: ``"keras"``, ``"h5"`` or ``"tf"``; inferred from ``filepath`` when None.
+
+        Returns:
+            ``filepath``.
+        """
+        fmt = save_format or _format_of(filepath)
+        if os.path.exists(filepath) and not overwrite:
+            raise FileExistsError(f"{filepath!r} exists; pass overwrite=True.")
+        model = self.get_model()
+        from orca.tf._keras import is_legacy
+
+        if fmt == "tf":
+            if is_legacy(model):
+                model.save(filepath, save_format="tf", include_optimizer=include_optimizer)
+            else:
+                model.export(filepath, verbose=0)
+        elif fmt == "h5" and is_legacy(model):
+            model.save(filepath, save_format="h5", include_optimizer=include_optimizer)
+        else:
+            model.save(filepath, include_optimizer=include_optimizer)
+        return filepath
+
+    def load(self, filepath: str) -> None:
+        """Load a model saved by :meth:`save` (or plain Keras) into this Estimator.
+
+        The saved weights replace the current ones (the architecture is the creator's); the
+        optimizer state too when the file has it.
+
+        Raises:
+            FileNotFoundError: nothing at ``filepath``.
+            ValueError: a Keras 3 SavedModel (Keras 3 loads those for inference only).
+        """
+        if not os.path.exists(filepath):
+            raise FileNotFoundError(f"no saved model at {filepath!r}.")
+        template = self.get_model()
+        from orca.tf._keras import is_legacy, optimizer_variables
+
+        if is_legacy(template):
+            import tf_keras
+
+            loaded = tf_keras.models.load_model(filepath)
+        else:
+            if os.path.isdir(filepath):
+                raise ValueError(f"{filepath!r} is a SavedModel: Keras 3 opens those for inference only "
+                                 "(keras.layers.TFSMLayer). Save as .keras or .h5 to load it back here.")
+            import keras
+
+            loaded = keras.models.load_model(filepath)
+        state: dict[str, Any] = {"weights": loaded.get_weights()}
+        if getattr(loaded, "optimizer", None) is not None:
+            state["optimizer"] = [v.numpy() for v in optimizer_variables(loaded)]
+        self.set_state(state)
+
+    def save_weights(self, filepath: str, overwrite: bool = True) -> str:
+        """Save the weights only (Keras 3 wants a ``.weights.h5`` name). Returns ``filepath``."""
+        self.get_model().save_weights(filepath, overwrite=overwrite)
+        return filepath
+
+    def load_weights(self, filepath: str) -> None:
+        """Load weights written by :meth:`save_weights` or Keras' ``model.save_weights``."""
+        model = self.get_model()
+        model.load_weights(filepath)
+        state = dict(self.get_state() or {}, weights=model.get_weights())
+        self.set_state(state)
+
+
+def _format_of(filepath: str) -> str:
+    if filepath.endswith(".keras"):
+        return "keras"
+    if filepath.endswith((".h5", ".hdf5")):
+        return "h5"
+    return "tf"
