@@ -158,6 +158,8 @@ def torch(session: nox.Session) -> None:
 def tf(session: nox.Session) -> None:
     """orca-tf tests with tensorflow-cpu 2.21 (Keras 3)."""
     _install_framework(session, "orca-tf", "tensorflow-cpu==2.21.0")
+    # tf_keras (Keras 2) declares the full `tensorflow` wheel: add it without that dependency
+    session.install("--no-deps", "tf_keras==2.21.0")
     _runtime_env(session)
     _pytest(session, "orca-tf")
 
@@ -188,8 +190,8 @@ def bigdl(session: nox.Session) -> None:
 @nox.session(python=PYTHON, tags=["test"])
 def openvino(session: nox.Session) -> None:
     """orca-openvino tests with openvino 2026.4.1 (inference only); torch==2.13.0 (CPU) too, only to
-    check a model converted from a torch module with ``ov.convert_model``."""
-    _install_framework(session, "orca-openvino", "openvino==2026.4.1", TORCH)
+    check a model converted from a torch module with ``ov.convert_model``; onnx to write an ONNX file."""
+    _install_framework(session, "orca-openvino", "openvino==2026.4.1", "onnx==1.23.2", TORCH)
     _runtime_env(session)
     _pytest(session, "orca-openvino")
 
