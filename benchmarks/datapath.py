@@ -6,9 +6,12 @@ One local Orca context (``local[2]``); the DataFrame (``features array<float>[78
 methods interleaved, median reported:
 
 - ``arrow-bare``: ``df.mapInArrow`` whose tasks only walk the Arrow batches (the limit).
-- ``orca``: what ``fit`` does in each Spark task: ``adapters.get_data_source`` and ``spark_select``
-  on the driver; in the task the Arrow batches become a part (``convert.table_to_part``), a
-  ``feed.Feed``, and every lock-step training batch of one epoch (``Feed.train_batches``).
+- ``orca``: what ``fit`` does in each Spark task: ``adapters.get_data_source``, ``spark_select`` and
+  the split tag column on the driver; in the task the tag filter, the Arrow batches become a part
+  (``convert.table_to_part``), a ``feed.Feed``, and every lock-step training batch of one epoch
+  (``Feed.train_batches``).
+- ``orca-no-tag-filter``: the same without the tag filter (what a fit without validation data
+  could skip: the filter copies every row).
 - ``toPandas``: ``df.toPandas()`` on the driver, then the array column stacked into one ndarray.
 - ``petastorm``: ``make_spark_converter(df)`` (materialises Parquet) and one pass of its torch
   DataLoader; or the exact error when petastorm does not install or run here.
@@ -59,14 +62,20 @@ def bare_arrow(df: Any) -> int:
     return sum(r["n"] for r in df.mapInArrow(task, "n long").collect())
 
 
-def orca_path(df: Any) -> int:
+def orca_path(df: Any, tag_filter: bool = True) -> int:
+    """What ``SparkWorkerGroup.fit`` does with a DataFrame, minus the barrier and the training:
+    the split tag column, then per task the tag filter, ``table_to_part``, a ``Feed`` and every
+    lock-step batch of one shuffled epoch."""
+    from pyspark.sql import functions as F
+
     from orca.core.engine.adapters import get_data_source, spark_select
     from orca.core.engine.convert import table_to_part
     from orca.core.engine.feed import Feed
+    from orca.core.engine.spark_backend import TAG
 
     src = get_data_source(df, feature_cols=["features"], label_cols=["label"], need_labels=True)
     fcols, lcols = src.feature_cols, src.label_cols
-    sdf = spark_select(src.obj, fcols + lcols)
+    sdf = spark_select(src.obj, fcols + lcols).withColumn(TAG, F.lit(0))
     world = sdf.rdd.getNumPartitions()
 
     def task(batches):
@@ -75,9 +84,11 @@ def orca_path(df: Any) -> int:
         nonempty = [b for b in batches if b.num_rows]
         n = 0
         if nonempty:
-            part = table_to_part(pa.Table.from_batches(nonempty), fcols, lcols)
+            table = pa.Table.from_batches(nonempty)
+            train = table.filter(pa.array(table.column(TAG).to_numpy() == 0)) if tag_filter else table
+            part = table_to_part(train, fcols, lcols)
             feed = Feed(part["x"], part["y"])
-            # counts of the other workers do not change this worker's work: equal shares
+            # the other workers' counts do not change this worker's work: equal shares
             for b in feed.train_batches([feed.num_rows] * world, 0, BATCH * world):
                 n += b.size
         yield pa.RecordBatch.from_pydict({"n": [n]})
@@ -120,14 +131,12 @@ def main() -> None:
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--out", required=True)
     a = p.parse_args()
-    from orca.core import init_orca_context, stop_orca_context
+    from orca.core import stop_orca_context
 
     res: dict = {"rows": a.rows, "width": WIDTH, "bytes_per_row": WIDTH * 4 + 8, "repeats": a.repeats, "scales": {}}
-    ctx = init_orca_context(cluster_mode="local", cores=2, conf={"spark.ui.showConsoleProgress": "false",
-                                                                  "spark.driver.memory": "4g",
-                                                                  "spark.driver.maxResultSize": "4g"})
-    spark = ctx.spark_session()
-    spark.sparkContext.setLogLevel("ERROR")
+    from harness import local_spark
+
+    spark = local_spark({"spark.driver.maxResultSize": "4g"})
     tmp = tempfile.mkdtemp(prefix="orca-bench-petastorm-")
     try:
         try:
@@ -135,7 +144,8 @@ def main() -> None:
         except Exception as exc:  # noqa: BLE001 - any failure of the optional peer is reported, exactly
             peta = None
             res["petastorm_error"] = f"{type(exc).__name__}: {exc}"
-        methods: dict[str, Any] = {"arrow-bare": bare_arrow, "orca": orca_path, "toPandas": to_pandas}
+        methods: dict[str, Any] = {"arrow-bare": bare_arrow, "orca": orca_path, "toPandas": to_pandas,
+                                   "orca-no-tag-filter": lambda df: orca_path(df, tag_filter=False)}
         for s in [int(v) for v in a.scales.split(",")]:
             rows = a.rows * s
             df = make_df(spark, rows)
@@ -179,11 +189,13 @@ def rows_from(res: dict) -> list[dict]:
     names = {"orca": "Orca data path (adapters/convert/feed) vs bare mapInArrow read",
              "toPandas": "toPandas + np.stack (driver) vs bare mapInArrow read",
              "petastorm": "Petastorm make_spark_converter + torch loader vs bare mapInArrow read",
-             "arrow-bare": "bare mapInArrow read (the limit)"}
+             "arrow-bare": "bare mapInArrow read (the limit)",
+             "orca-no-tag-filter": "Orca data path without fit's split-tag filter (no validation data) vs bare read"}
     for s, sc in res["scales"].items():
         med = sc["median_s"]
         bare = sc["rows"] / med["arrow-bare"]
-        for m, target in (("orca", ">= 0.8"), ("toPandas", None), ("petastorm", None), ("arrow-bare", None)):
+        for m, target in (("orca", ">= 0.8"), ("orca-no-tag-filter", None), ("toPandas", None), ("petastorm", None),
+                          ("arrow-bare", None)):
             v = sc["rows"] / med[m] if m in med else None
             note = res.get("petastorm_error", "not run") if m == "petastorm" and v is None else None
             extra = {"mb_per_s": v * bpr / 1e6 if v else None, "note": note, "rows": sc["rows"]}

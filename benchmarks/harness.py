@@ -100,6 +100,17 @@ def last_error_line(text: str) -> str:
     return lines[-1][:400] if lines else "(no output)"
 
 
+def local_spark(conf: dict[str, str] | None = None, cores: int = 2) -> Any:
+    """A local Orca context (``local[cores]``, 4 GB driver for the x16 data) and its Spark session."""
+    from orca.core import init_orca_context
+
+    ctx = init_orca_context(cluster_mode="local", cores=cores, conf={
+        "spark.ui.showConsoleProgress": "false", "spark.driver.memory": "4g", **(conf or {})})
+    spark = ctx.spark_session()
+    spark.sparkContext.setLogLevel("ERROR")
+    return spark
+
+
 def median(values: list[float]) -> float | None:
     vals = [v for v in values if v is not None]
     return statistics.median(vals) if vals else None

@@ -109,16 +109,14 @@ def main() -> None:
     import pyarrow as pa
     import ray
     from datapath import make_df
+    from harness import local_spark
     from ray.data.extensions import ArrowTensorArray
 
-    from orca.core import init_orca_context, stop_orca_context
+    from orca.core import stop_orca_context
     from orca.torch import Estimator
 
     res: dict = {"rows": a.rows, "batch_size": BATCH, "repeats": a.repeats, "scales": {}}
-    ctx = init_orca_context(cluster_mode="local", cores=2, conf={"spark.ui.showConsoleProgress": "false",
-                                                                  "spark.driver.memory": "4g"})
-    spark = ctx.spark_session()
-    spark.sparkContext.setLogLevel("ERROR")
+    spark = local_spark()
     ray.init(num_cpus=2, include_dashboard=False, address="local", log_to_driver=False)
     try:
         from torch import nn

@@ -111,13 +111,16 @@ def plot(rows: list[dict], path: Path) -> Path | None:
         v = verdict(r)
         colors.append("#3a923a" if v == "met" else "#c0392b" if "MISSED" in v else "#999999")
     y = range(len(main))
-    ax.barh(list(y), values, color=colors)
+    top = min(3.0, max(values, default=1.0) + 0.3)  # a 7x ratio would squash every other bar
+    ax.set_xlim(0, top)
+    ax.barh(list(y), [min(v, top) for v in values], color=colors)
     for i, r in enumerate(main):
         target = r.get("target")
         bound = float(str(target).split()[-1]) if target else None
         if bound is not None:
             ax.plot([bound, bound], [i - 0.4, i + 0.4], color="black", lw=1)
-        ax.text(values[i] + 0.01, i, "n/a" if r.get("ratio") is None else f"{values[i]:.2f}", va="center", fontsize=7)
+        label = "n/a" if r.get("ratio") is None else f"{values[i]:.2f}"
+        ax.text(min(values[i], top - 0.25) + 0.01, i, label, va="center", fontsize=7)
     ax.set_yticks(list(y))
     ax.set_yticklabels(labels, fontsize=7)
     ax.invert_yaxis()
