@@ -65,6 +65,7 @@ class KerasRunner(Runner):
 
     child: Any = None
     strategy: Any = None
+    fit_options: dict[str, Any] = {}  # noqa: RUF012 - replaced, never mutated
 
     def setup(self, rendezvous: Rendezvous) -> None:
         super().setup(rendezvous)
@@ -253,10 +254,12 @@ class KerasRunner(Runner):
         return results
 
     # ------------------------------------------------------------ callbacks
-    @_forward
     def begin_fit(self, options: dict[str, Any]) -> None:
         """Options of one ``fit`` call: Keras callbacks, class weights, epochs, steps."""
-        self.fit_options = dict(options)
+        self.fit_options = dict(options)  # here too: native_batches reads them in this process
+        if self.child is not None:
+            self.child.call("begin_fit", options)
+            return
         callbacks = [cb for cb in options.get("callbacks") or []
                      if self.rank == 0 or type(cb).__name__ not in WRITERS]
         self.keras_callbacks = callbacks

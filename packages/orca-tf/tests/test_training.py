@@ -1,0 +1,170 @@
+"""Training semantics: exact global-batch SGD, replicas in step, both Keras flavours, uneven data."""
+
+import numpy as np
+import pandas as pd
+import pytest
+from conftest import legacy_linear_creator, linear_creator, regression
+
+from orca.core.data import XShards
+from orca.tf import Estimator
+
+pytestmark = pytest.mark.timeout(300)
+
+
+def sgd_step_by_hand(est_model_weights, x, y, lr):
+    w, b = est_model_weights
+    pred = x @ w[:, 0] + b[0]
+    err = pred - y
+    grad_w = 2.0 / len(x) * (x.T @ err)
+    grad_b = 2.0 / len(x) * err.sum()
+    return w[:, 0] - lr * grad_w, b[0] - lr * grad_b
+
+
+@pytest.mark.parametrize("flavour", ["keras3", "tf_keras"])
+def test_one_global_batch_sgd_step_equals_the_single_process_step(orca_context, backend, flavour):
+    if flavour == "tf_keras":
+        pytest.importorskip("tf_keras")
+    creator = linear_creator(lr=0.1) if flavour == "keras3" else legacy_linear_creator(lr=0.1)
+    x, y = regression(rows=40)
+    w0 = creator({}).get_weights()
+    est = Estimator.from_keras(model_creator=creator, backend=backend, workers_per_node=2, verbose=0)
+    try:
+        est.fit((x, y), epochs=1, batch_size=40, shuffle=False)
+        digests = est.worker_weight_digests()
+        assert len(digests) == 2 and len(set(digests)) == 1
+        w1, b1 = est.get_model().get_weights()
+    finally:
+        est.shutdown()
+    want_w, want_b = sgd_step_by_hand(w0, x, y, 0.1)
+    np.testing.assert_allclose(w1[:, 0], want_w, atol=1e-5)
+    np.testing.assert_allclose(b1[0], want_b, atol=1e-5)
+
+
+def test_skewed_and_empty_shards_train_as_one_process(orca_context, backend):
+    """One shard for two workers (the spark backend's second worker holds nothing), global batches exact."""
+    x, y = regression(rows=30)
+    shards = XShards.partition({"x": x, "y": y}, num_shards=1, backend="spark")
+    est = Estimator.from_keras(model_creator=linear_creator(lr=0.1), backend=backend, workers_per_node=2, verbose=0)
+    try:
+        hist = est.fit(shards, epochs=2, batch_size=7, shuffle=False)
+        assert hist[-1]["num_samples"] == 30 and hist[-1]["batch_count"] == 5
+        assert len(set(est.worker_weight_digests())) == 1
+        got = est.get_model().get_weights()
+    finally:
+        est.shutdown()
+    import keras
+
+    plain = linear_creator(lr=0.1)({})
+    # the lock-step plan: ray cuts 15 + 15 rows (3 + 3 a step), spark gives all 30 to rank 0 (6 a step)
+    if backend == "ray":
+        steps = [np.r_[3 * k:3 * k + 3, 15 + 3 * k:18 + 3 * k] for k in range(5)]
+    else:
+        steps = [np.arange(6 * k, 6 * k + 6) for k in range(5)]
+    for _ in range(2):
+        for sl in steps:
+            with __import__("tensorflow").GradientTape() as tape:
+                loss = keras.losses.mean_squared_error(y[sl], plain(x[sl])[:, 0])
+            plain.optimizer.apply(tape.gradient(loss, plain.trainable_variables), plain.trainable_variables)
+    for a, b in zip(got, plain.get_weights(), strict=True):
+        np.testing.assert_allclose(a, b, atol=1e-5)
+
+
+def test_history_has_keras_keys_and_metrics_match_keras_evaluate(orca_context):
+    x, y = regression(rows=64)
+    est = Estimator.from_keras(model_creator=linear_creator(lr=0.05), backend="ray", workers_per_node=2, verbose=0)
+    try:
+        hist = est.fit((x, y), epochs=2, batch_size=16, validation_data=(x, y))
+        keys = hist.history
+        for k in ("loss", "mae", "val_loss", "val_mae"):
+            assert len(keys[k]) == 2
+        stats = est.evaluate((x, y), batch_size=16)
+        model = est.get_model()
+    finally:
+        est.shutdown()
+    want = model.evaluate(x, y, batch_size=64, verbose=0, return_dict=True)
+    assert stats["loss"] == pytest.approx(want["loss"], rel=1e-4)
+    assert stats["mae"] == pytest.approx(want["mae"], rel=1e-4)
+    assert hist.history["val_loss"][-1] == pytest.approx(want["loss"], rel=1e-4)
+
+
+def reference_model_creator(config):
+    """The reference's TF2 example: a compiled LeNet-style model (on 8x8 digits)."""
+    import keras
+
+    keras.utils.set_random_seed(0)
+    model = keras.Sequential([keras.Input((8, 8, 1)), keras.layers.Conv2D(4, 3, activation="relu"),
+                              keras.layers.Flatten(), keras.layers.Dense(10, activation="softmax")])
+    model.compile(optimizer=keras.optimizers.RMSprop(config.get("lr", 1e-2)),
+                  loss="sparse_categorical_crossentropy", metrics=["accuracy"])
+    return model
+
+
+def train_data_creator(config, batch_size):
+    """The reference's data creator with a local data set in place of tfds.load."""
+    import tensorflow as tf
+    from sklearn.datasets import load_digits
+
+    digits = load_digits()
+    x = (digits.images[:512] / 16.0).astype("float32")[..., None]
+    dataset = tf.data.Dataset.from_tensor_slices((x, digits.target[:512].astype("int64")))
+    dataset = dataset.batch(batch_size)
+    return dataset
+
+
+def test_reference_tf2_example_with_a_data_creator(orca_context, backend):
+    est = Estimator.from_keras(model_creator=reference_model_creator, config={"lr": 1e-2}, workers_per_node=2,
+                               backend=backend, verbose=0)
+    try:
+        stats = est.fit(data=train_data_creator, epochs=3, batch_size=32, steps_per_epoch=512 // 32,
+                        validation_data=train_data_creator)
+        assert stats.history["accuracy"][-1] > stats.history["accuracy"][0]
+        assert stats.history["val_accuracy"][-1] > 0.6
+        assert len(set(est.worker_weight_digests())) == 1
+    finally:
+        est.shutdown()
+
+
+def test_string_columns_feed_a_string_lookup_layer(orca_context, spark):
+    def creator(config):
+        import keras
+
+        keras.utils.set_random_seed(0)
+        inp = keras.Input((1,), dtype="string")
+        hot = keras.layers.StringLookup(vocabulary=["a", "b", "c"], output_mode="one_hot")(inp)
+        model = keras.Model(inp, keras.layers.Dense(1)(hot))
+        model.compile(optimizer=keras.optimizers.SGD(0.2), loss="mse")
+        return model
+
+    pdf = pd.DataFrame({"s": ["a", "b", "c"] * 20, "y": [1.0, 2.0, 3.0] * 20})
+    df = spark.createDataFrame(pdf).repartition(2)
+    est = Estimator.from_keras(model_creator=creator, backend="spark", workers_per_node=2, verbose=0)
+    hist = est.fit(df, epochs=20, batch_size=12, feature_cols=["s"], label_cols=["y"])
+    assert hist.history["loss"][-1] < 0.05
+    out = est.predict(df, feature_cols=["s"]).toPandas()
+    np.testing.assert_allclose(out["prediction"], out["y"], atol=0.3)
+
+
+def test_multi_output_predict_with_output_cols(orca_context, spark):
+    def creator(config):
+        import keras
+
+        inp = keras.Input((4,))
+        model = keras.Model(inp, [keras.layers.Dense(1)(inp), keras.layers.Dense(2)(inp)])
+        model.compile(optimizer="sgd", loss="mse")
+        return model
+
+    x, _ = regression(rows=20)
+    est = Estimator.from_keras(model_creator=creator, backend="ray", workers_per_node=2, verbose=0)
+    try:
+        a, b = est.predict(x, batch_size=4)
+        df = spark.createDataFrame(pd.DataFrame({"x": list(x)}))
+        out = est.predict(df, feature_cols=["x"], output_cols=["p1", "p2"]).toPandas()
+        shards = est.predict(XShards.partition({"x": x}, num_shards=2, backend="local"), output_cols=["p1", "p2"])
+        model = est.get_model()
+    finally:
+        est.shutdown()
+    want_a, want_b = (o.numpy() for o in model(x))
+    np.testing.assert_allclose(a, want_a, atol=1e-5)
+    np.testing.assert_allclose(b, want_b, atol=1e-5)
+    np.testing.assert_allclose(np.stack(out["p2"].to_numpy()), want_b, atol=1e-5)
+    np.testing.assert_allclose(np.concatenate([s["p1"] for s in shards.collect()]), want_a, atol=1e-5)
