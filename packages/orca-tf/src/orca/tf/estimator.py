@@ -298,7 +298,8 @@ class Estimator(BaseEstimator):
                                  "(keras.layers.TFSMLayer). Save as .keras or .h5 to load it back here.")
             import keras
 
-            loaded = keras.models.load_model(filepath)
+            # Keras 3 cannot rebuild some compile() strings ("mse") from h5: the weights are what we need
+            loaded = keras.models.load_model(filepath, compile=not filepath.endswith((".h5", ".hdf5")))
         state: dict[str, Any] = {"weights": loaded.get_weights()}
         if getattr(loaded, "optimizer", None) is not None:
             state["optimizer"] = [v.numpy() for v in optimizer_variables(loaded)]
