@@ -246,8 +246,9 @@ class Estimator(BaseEstimator):
         """Save the model so plain Keras opens it.
 
         Args:
-            filepath: ``*.keras`` (Keras' native format), ``*.h5``/``*.hdf5`` (HDF5), or a directory
-                for a TF SavedModel (``keras.layers.TFSMLayer`` or ``tf.saved_model.load`` open it;
+            filepath: ``*.keras`` (Keras' native format; also any other file name with a
+                suffix), ``*.h5``/``*.hdf5`` (HDF5), or a name without suffix for a TF SavedModel
+                directory (``keras.layers.TFSMLayer`` or ``tf.saved_model.load`` open it;
                 tf_keras' ``load_model`` too).
             overwrite: replace an existing file.
             include_optimizer: also save the optimizer state (``.keras`` and h5).
@@ -269,8 +270,15 @@ class Estimator(BaseEstimator):
                 model.export(filepath, verbose=0)
         elif fmt == "h5" and is_legacy(model):
             model.save(filepath, save_format="h5", include_optimizer=include_optimizer)
-        else:
+        elif filepath.endswith(".keras") or is_legacy(model):
             model.save(filepath, include_optimizer=include_optimizer)
+        else:  # Keras 3 insists on the .keras suffix: write one, then move it to the asked name
+            import shutil
+            import tempfile
+
+            with tempfile.TemporaryDirectory() as tmp:
+                model.save(os.path.join(tmp, "model.keras"), include_optimizer=include_optimizer)
+                shutil.move(os.path.join(tmp, "model.keras"), filepath)
         return filepath
 
     def load(self, filepath: str) -> None:
@@ -298,6 +306,12 @@ class Estimator(BaseEstimator):
                                  "(keras.layers.TFSMLayer). Save as .keras or .h5 to load it back here.")
             import keras
 
+            if not filepath.endswith((".keras", ".h5", ".hdf5")):  # a .keras zip saved under another name
+                import shutil
+                import tempfile
+
+                tmp = tempfile.mkdtemp()
+                filepath = shutil.copy(filepath, os.path.join(tmp, "model.keras"))
             # Keras 3 cannot rebuild some compile() strings ("mse") from h5: the weights are what we need
             loaded = keras.models.load_model(filepath, compile=not filepath.endswith((".h5", ".hdf5")))
         state: dict[str, Any] = {"weights": loaded.get_weights()}
@@ -323,4 +337,4 @@ def _format_of(filepath: str) -> str:
         return "keras"
     if filepath.endswith((".h5", ".hdf5")):
         return "h5"
-    return "tf"
+    return "tf" if os.path.isdir(filepath) or not os.path.splitext(filepath)[1] else "keras"
