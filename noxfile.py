@@ -234,8 +234,8 @@ PETASTORM = "petastorm==0.13.1"  # optional peer of the data path: its failure i
 
 @nox.session(python=PYTHON)
 def bench(session: nox.Session) -> None:
-    """The benchmark suite against the peers (docs/benchmarks.md): torch training, data path and batch
-    inference here, then bench_tf, bench_openvino and bench_report. ``nox -s bench -- --quick`` is
+    """The benchmark suite against the peers (docs/benchmarks.md): torch training, data path, batch
+    inference and allreduce here, then bench_tf, bench_openvino and bench_report. ``-- --quick`` is
     the smoke run; other arguments go to benchmarks/run.py (``--parts train,data,inference``)."""
     session.install(TORCH)
     session.install(TORCH, *CORE, "-e", "packages/orca-torch[test]", *BENCH_PEERS)
@@ -245,6 +245,10 @@ def bench(session: nox.Session) -> None:
         session.warn(f"{PETASTORM} did not install: the data-path table reports petastorm as n/a")
     _runtime_env(session)
     session.run("python", "benchmarks/run.py", *session.posargs)
+    if not any(a.startswith("--parts") for a in session.posargs):
+        # issue #4's allreduce benchmark (orca.core.sync vs gloo) writes results/allreduce.json itself
+        quick = ["--quick"] if "--quick" in session.posargs else []
+        session.run("timeout", "1200", "python", "benchmarks/allreduce.py", *quick, external=True)
     for follow in ("bench_tf", "bench_openvino", "bench_report"):
         session.notify(follow, posargs=session.posargs)
 
