@@ -270,7 +270,7 @@ class Estimator(BaseEstimator):
                 model.export(filepath, verbose=0)
         elif fmt == "h5" and is_legacy(model):
             model.save(filepath, save_format="h5", include_optimizer=include_optimizer)
-        elif filepath.endswith(".keras") or is_legacy(model):
+        elif fmt == "h5" or filepath.endswith(".keras") or is_legacy(model):
             model.save(filepath, include_optimizer=include_optimizer)
         else:  # Keras 3 insists on the .keras suffix: write one, then move it to the asked name
             import shutil
