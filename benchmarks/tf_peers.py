@@ -1,6 +1,9 @@
-"""Part 2, the peer side: Ray Train's ``TensorflowTrainer`` on 2 workers x 1 thread, against plain
-single-process ``model.fit`` (1 thread), the same Keras MLP (784-512-512-10, SGD lr 0.01 momentum
-0.9), synthetic data and global batch 128 as ``tf_fit.py`` uses for Orca's tf Estimator.
+"""Part 2, the peer side: Ray Train's ``TensorflowTrainer`` on 2 workers x 1 thread, against Orca's
+tf Estimator on 2 workers (measured by ``tf_fit.py``'s own ``_child``, in this run) and plain
+single-process ``model.fit`` (1 thread), with ``tf_fit.py``'s model, data and batch size (an own
+MLP 784-512-512-10 while tf_fit.py is not there). Orca's samples/s is tf_fit's measure (the wall
+time of a second 1-epoch ``fit``, per-fit overhead included); the trainer's is rank 0's epoch
+loop without start-up: a measure that favours the peer.
 
 Ray Train sets ``TF_CONFIG``; each worker builds the model under ``MultiWorkerMirroredStrategy``.
 Keras 3's ``model.fit`` fails under that strategy (shared DEPENDENCIES.md: ``PerReplica ...
@@ -27,7 +30,23 @@ IN, HIDDEN, CLASSES = 784, 512, 10
 BATCH = 128
 
 
+def _tf_fit() -> Any:
+    """benchmarks/tf_fit.py (Orca's side, issue #5), whose model, data and batch size the peer
+    then uses too, so that the rows compare like with like; None while it is not there."""
+    import sys
+
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    try:
+        import tf_fit
+    except ImportError:
+        return None
+    return tf_fit
+
+
 def synthetic(n: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    tf_fit = _tf_fit()
+    if tf_fit is not None:
+        return tf_fit._data(n)
     rng = np.random.default_rng(seed)
     x = rng.standard_normal((n, IN), dtype=np.float32)
     w = rng.standard_normal((IN, CLASSES), dtype=np.float32)
@@ -37,8 +56,16 @@ def synthetic(n: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
 def make_model() -> Any:
     import keras
 
+    tf_fit = _tf_fit()
+    if tf_fit is not None:
+        return tf_fit.model_creator({})
     return keras.Sequential([keras.Input((IN,)), keras.layers.Dense(HIDDEN, activation="relu"),
                              keras.layers.Dense(HIDDEN, activation="relu"), keras.layers.Dense(CLASSES)])
+
+
+def batch_size() -> int:
+    tf_fit = _tf_fit()
+    return tf_fit.BATCH if tf_fit is not None else BATCH
 
 
 def _one_thread() -> None:
@@ -79,7 +106,7 @@ def plain_fit(rows: int, epochs: int) -> list[float]:
     model.compile(optimizer=keras.optimizers.SGD(0.01, momentum=0.9),
                   loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
     times = _EpochTimes()
-    model.fit(x, y, batch_size=BATCH, epochs=epochs, shuffle=True, verbose=0, callbacks=[times.cb])
+    model.fit(x, y, batch_size=batch_size(), epochs=epochs, shuffle=True, verbose=0, callbacks=[times.cb])
     return times.cb.times
 
 
@@ -95,12 +122,12 @@ def _trainer_loop(config: dict) -> None:
     rank, world = ctx.get_world_rank(), ctx.get_world_size()
     x, y = synthetic(config["rows"])
     sl = slice(rank * len(x) // world, (rank + 1) * len(x) // world)
-    local_bs = BATCH // world
+    global_bs = batch_size()
+    local_bs = global_bs // world
     ds = tf.data.Dataset.from_tensor_slices((x[sl], y[sl])).shuffle(4096, seed=rank).batch(local_bs)
     with strategy.scope():
         model = make_model()
         opt = keras.optimizers.SGD(0.01, momentum=0.9)
-        model.build((None, IN))
         opt.build(model.trainable_variables)
     loss_fn = keras.losses.SparseCategoricalCrossentropy(from_logits=True, reduction="none")
 
@@ -108,7 +135,7 @@ def _trainer_loop(config: dict) -> None:
     def step(xb: Any, yb: Any) -> Any:
         def replica(xb: Any, yb: Any) -> Any:
             with tf.GradientTape() as tape:
-                loss = tf.nn.compute_average_loss(loss_fn(yb, model(xb, training=True)), global_batch_size=BATCH)
+                loss = tf.nn.compute_average_loss(loss_fn(yb, model(xb, training=True)), global_batch_size=global_bs)
             grads = tape.gradient(loss, model.trainable_variables)
             opt.apply_gradients(zip(grads, model.trainable_variables, strict=True))
             return loss
@@ -155,8 +182,16 @@ def trainer_fit(rows: int, epochs: int, workers: int = 2) -> dict:
 
 
 def run(quick: bool) -> list[dict]:
-    """Rows: TensorflowTrainer 2x1 samples/s (ratio against plain model.fit 1 thread) and its start-up."""
-    rows, epochs = (2048, 3) if quick else (8192, 5)
+    """Rows: Orca tf 2x1 against TensorflowTrainer 2x1 (when tf_fit.py is there), TensorflowTrainer
+    2x1 against plain model.fit (1 thread), and the trainer's start-up."""
+    rows, epochs = (4096, 3) if quick else (32768, 5)
+    tf_fit = _tf_fit()
+    orca2, orca2_error = None, None
+    if tf_fit is not None:  # the same measurement tf_fit.py makes, in this run, next to the peer
+        try:
+            orca2 = tf_fit._child("orca", rows, 2, 2)
+        except Exception as exc:  # noqa: BLE001 - shown as n/a with the reason
+            orca2_error = f"{type(exc).__name__}: {str(exc)[:200]}"
     plain = plain_fit(rows, epochs)
     plain_sps = statistics.median(rows / t for t in plain[1:])
     out = [{"name": "plain model.fit, 1 process x 1 thread (reference), samples/s", "value": plain_sps,
@@ -164,10 +199,17 @@ def run(quick: bool) -> list[dict]:
     try:
         tr = trainer_fit(rows, epochs)
     except Exception as exc:  # noqa: BLE001 - the peer's failure is a finding for the table, not a crash
-        note = f"{type(exc).__name__}: {str(exc).splitlines()[0][:300] if str(exc) else ''}"
+        note = f"{type(exc).__name__}: {' '.join(str(exc).split())[:300]}"
+        if tf_fit is not None:
+            out.append({"name": "Orca tf (ray) 2x1 vs Ray Train TensorflowTrainer 2x1, samples/s", "value": orca2,
+                        "unit": "samples/s", "ratio": None, "target": ">= 1.0", "note": f"peer failed: {note}"})
         return out + [{"name": "Ray Train TensorflowTrainer 2x1 vs plain model.fit (1 thread), samples/s",
                        "value": None, "unit": "samples/s", "ratio": None, "target": None, "note": note}]
     sps = statistics.median(rows / t for t in tr["epoch_times"][1:])
+    if tf_fit is not None:
+        out.append({"name": "Orca tf (ray) 2x1 vs Ray Train TensorflowTrainer 2x1, samples/s", "value": orca2,
+                    "unit": "samples/s", "ratio": orca2 / sps if orca2 else None, "target": ">= 1.0",
+                    "reference": sps, "note": None if orca2 else orca2_error})
     out.append({"name": "Ray Train TensorflowTrainer 2x1 (custom strategy.run loop) vs plain model.fit (1 thread), "
                         "samples/s", "value": sps, "unit": "samples/s", "ratio": sps / plain_sps, "target": None,
                 "reference": plain_sps})
