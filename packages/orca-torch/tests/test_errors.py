@@ -44,10 +44,10 @@ def no_work_left(backend, orca_context):
 
 
 def test_unknown_backend_names_the_choices():
-    with pytest.raises(ValueError, match="'ray' or 'spark'"):
+    with pytest.raises(ValueError, match="'bigdl', 'ray' or 'spark'"):
         Estimator.from_torch(model=LinearNet(), optimizer=sgd(0.1), loss=nn.MSELoss(), backend="tensorflow")
     with pytest.raises(ValueError, match="not available yet"):
-        Estimator.from_torch(model=LinearNet(), optimizer=sgd(0.1), loss=nn.MSELoss(), backend="bigdl")
+        Estimator.from_torch(model=LinearNet(), optimizer=sgd(0.1), loss=nn.MSELoss(), backend="horovod")
 
 
 @pytest.mark.parametrize("model", [42, nn.Linear, "model.pt"])
