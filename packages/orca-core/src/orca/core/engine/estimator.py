@@ -138,7 +138,8 @@ class BaseEstimator:
     # ------------------------------------------------------------- API
     def fit(self, data: Any, epochs: int = 1, batch_size: int = 32, feature_cols: Any = None,
             label_cols: Any = None, validation_data: Any = None, callbacks: list[Callback] | None = None,
-            max_steps: int | None = None, shuffle: bool = True, reduce_results: bool = True) -> History:
+            max_steps: int | None = None, shuffle: bool = True, reduce_results: bool = True,
+            validation_freq: int = 1) -> History:
         """Train on ``data`` for ``epochs`` epochs, data-parallel over the workers.
 
         Args:
@@ -153,6 +154,8 @@ class BaseEstimator:
             max_steps: stop after this many steps in total.
             shuffle: shuffle each worker's rows every epoch.
             reduce_results: ``False`` returns per-worker stats (identical here: stats are merged).
+            validation_freq: validate only after epochs whose (1-based) number is a multiple of
+                this; the other epochs skip the validation pass on every rank.
 
         Returns:
             A :class:`History`: per-epoch ``epoch``, ``num_samples``, ``batch_count``,
@@ -165,6 +168,8 @@ class BaseEstimator:
         self._refuse_if_inference_only("fit")
         if not isinstance(epochs, int) or epochs < 1:
             raise ValueError(f"epochs must be a positive int, got {epochs!r}.")
+        if not isinstance(validation_freq, int) or validation_freq < 1:
+            raise ValueError(f"validation_freq must be a positive int, got {validation_freq!r}.")
         self._check_batch_size(batch_size)
         src = self._source(data, feature_cols, label_cols, True, "data")
         val = None
@@ -178,7 +183,7 @@ class BaseEstimator:
                 raise TypeError(f"callbacks: {cb!r} is not an orca Callback.")
         args = FitArgs(epochs=epochs, batch_size=batch_size, shuffle=shuffle, seed=int(self.spec.get("seed", 0)),
                        max_steps=max_steps, metrics=self.metrics, start_epoch=self._epoch,
-                       callbacks=list(callbacks or []))
+                       callbacks=list(callbacks or []), validation_freq=validation_freq)
         progress = None
         if self.use_tqdm:
             from orca.core.engine.progress import ProgressServer, driver_host

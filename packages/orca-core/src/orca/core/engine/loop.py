@@ -36,6 +36,8 @@ class FitArgs:
     start_epoch: int = 0
     creator: Any = None
     val_creator: Any = None
+    #: validate after epochs whose 1-based number is a multiple of this (the same epochs on every rank)
+    validation_freq: int = 1
     callbacks: list[Callback] = field(default_factory=list)
     #: where rank 0 sends progress (the driver's ProgressServer), if anywhere
     progress_address: tuple[str, int] | None = None
@@ -156,7 +158,8 @@ def run_fit(
                 report({"event": "step", "epoch": epoch + 1, "loss": value})
         runner.on_epoch_end(epoch)
         local: dict[str, Any] = {"train": loss.state, "steps": step + 1, "own": runner.metric_states()}
-        if val_feed is not None or args.val_creator is not None:
+        validate = (epoch + 1) % max(1, args.validation_freq) == 0
+        if validate and (val_feed is not None or args.val_creator is not None):
             vbatches = (
                 val_feed.batches(local_bs)
                 if val_feed is not None
