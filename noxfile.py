@@ -156,8 +156,9 @@ def torch(session: nox.Session) -> None:
 
 @nox.session(python=PYTHON, tags=["test"])
 def tf(session: nox.Session) -> None:
-    """orca-tf tests with tensorflow-cpu 2.21 (Keras 3)."""
-    _install_framework(session, "orca-tf", "tensorflow-cpu==2.21.0")
+    """orca-tf tests with tensorflow-cpu 2.21 (Keras 3); tensorboard (the test extra) for the
+    TensorBoard callback, pinned to the TF release."""
+    _install_framework(session, "orca-tf", "tensorflow-cpu==2.21.0", "tensorboard==2.21.0")
     # tf_keras (Keras 2) declares the full `tensorflow` wheel: add it without that dependency
     session.install("--no-deps", "tf_keras==2.21.0")
     _runtime_env(session)

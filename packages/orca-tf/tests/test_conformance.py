@@ -1,6 +1,11 @@
-"""orca-core's Estimator conformance suite, run against orca.tf on both backends."""
+"""orca-core's Estimator conformance suite, run against orca.tf on both backends.
+
+The suite trains a fresh Estimator for every test that reads a trained one; here one trained
+Estimator per backend serves all of them (they only read it; the save/load test shuts its
+workers down, and a later use restarts them from the state kept on the driver)."""
 
 import numpy as np
+import pytest
 from conftest import linear_creator
 
 from orca.core.testing.conformance import EstimatorConformance
@@ -8,7 +13,29 @@ from orca.tf import Estimator
 
 
 class TestKerasConformance(EstimatorConformance):
+    _trained = None
+
+    @pytest.fixture(scope="class", params=["ray", "spark"])
+    @classmethod
+    def backend(cls, request):
+        return request.param
+
+    @pytest.fixture(scope="class")
+    @classmethod
+    def trained(cls, backend, data):
+        est = Estimator.from_keras(model_creator=linear_creator(lr=0.05), backend=backend, workers_per_node=2,
+                                   verbose=0)
+        est._conformance_history = est.fit(data["df"], epochs=cls.epochs, batch_size=cls.batch_size,
+                                           feature_cols=["x"], label_cols=["y"])
+        cls._trained = est
+        yield est
+        cls._trained = None
+        est.shutdown()
+
     def make_estimator(self, backend):
+        live = type(self)._trained
+        if live is not None:  # one worker group at a time: a 2-core Ray holds two 1-CPU actors
+            live.shutdown()
         return Estimator.from_keras(model_creator=linear_creator(lr=0.05), backend=backend, workers_per_node=2,
                                     verbose=0)
 

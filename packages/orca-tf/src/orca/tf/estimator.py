@@ -172,7 +172,9 @@ class Estimator(BaseEstimator):
                 unknown). For DataFrames, XShards and numpy it is derived: ``ceil(rows / batch_size)``.
             validation_data: data of the same kind, evaluated after every ``validation_freq`` epochs.
             validation_steps: batches of a data-creator validation set per worker.
-            validation_freq: keep validation results every this many epochs.
+            validation_freq: validate after every this many epochs (Keras' meaning: epochs whose
+                1-based number is a multiple of it); the other epochs skip the validation pass on
+                every worker, and their history and callback logs have no ``val_`` keys.
             callbacks: Keras callbacks (``ModelCheckpoint`` and ``TensorBoard`` write on the chief
                 only; ``EarlyStopping``, ``LearningRateScheduler``, ``ReduceLROnPlateau`` run on every
                 worker with the merged logs) or orca Callbacks.
@@ -212,14 +214,10 @@ class Estimator(BaseEstimator):
         try:
             history = super().fit(data, epochs=epochs - initial_epoch, batch_size=batch_size,
                                   feature_cols=feature_cols, label_cols=label_cols, validation_data=validation_data,
-                                  callbacks=[_KerasFit(options), *orca_cbs], shuffle=shuffle)
+                                  callbacks=[_KerasFit(options), *orca_cbs], shuffle=shuffle,
+                                  validation_freq=validation_freq)
         finally:
             self.use_tqdm = use_tqdm
-        if validation_freq > 1:
-            for stats in history:
-                if stats["epoch"] % validation_freq:
-                    for key in [k for k in stats if k.startswith("val_")]:
-                        del stats[key]
         return history
 
     def evaluate(self, data: Any, batch_size: int = 32, feature_cols: Any = None,
