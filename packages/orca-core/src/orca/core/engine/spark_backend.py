@@ -176,8 +176,10 @@ class SparkWorkerGroup:
         from pyspark.sql import functions as F
 
         fcols, lcols = list(source.feature_cols or []), list(source.label_cols or [])
-        df = spark_select(source.obj, fcols + lcols).withColumn(TAG, F.lit(0))
+        has_val = val_source is not None
+        df = spark_select(source.obj, fcols + lcols)
         if val_source is not None:
+            df = df.withColumn(TAG, F.lit(0))
             vdf = spark_select(val_source.obj, fcols + lcols).withColumn(TAG, F.lit(1))
             df = df.unionByName(vdf)
         if val_source is not None or df.rdd.getNumPartitions() != self.num_workers:
@@ -190,11 +192,14 @@ class SparkWorkerGroup:
             val: list[Part] = []
             if nonempty:
                 table = pa.Table.from_batches(nonempty)
-                tags = table.column(TAG).to_numpy()
-                for flag, bucket in ((0, train), (1, val)):
-                    sub = table.filter(pa.array(tags == flag))
-                    if sub.num_rows:
-                        bucket.append(table_to_part(sub, fcols, lcols))
+                if not has_val:  # nothing to split: no filter, no copy of the rows
+                    train.append(table_to_part(table, fcols, lcols))
+                else:
+                    tags = table.column(TAG).to_numpy()
+                    for flag, bucket in ((0, train), (1, val)):
+                        sub = table.filter(pa.array(tags == flag))
+                        if sub.num_rows:
+                            bucket.append(table_to_part(sub, fcols, lcols))
             out = _barrier_worker(job, train, val)
             yield pa.RecordBatch.from_pydict({"payload": [out]})
 
