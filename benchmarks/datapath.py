@@ -6,12 +6,12 @@ One local Orca context (``local[2]``); the DataFrame (``features array<float>[78
 methods interleaved, median reported:
 
 - ``arrow-bare``: ``df.mapInArrow`` whose tasks only walk the Arrow batches (the limit).
-- ``orca``: what ``fit`` does in each Spark task: ``adapters.get_data_source``, ``spark_select`` and
-  the split tag column on the driver; in the task the tag filter, the Arrow batches become a part
+- ``orca``: what ``fit`` without validation data does in each Spark task: ``adapters.get_data_source``
+  and ``spark_select`` on the driver; in the task the Arrow batches become a part
   (``convert.table_to_part``), a ``feed.Feed``, and every lock-step training batch of one epoch
   (``Feed.train_batches``).
-- ``orca-no-tag-filter``: the same without the tag filter (what a fit without validation data
-  could skip: the filter copies every row).
+- ``orca-with-validation``: the same with the split tag column and its filter, which ``fit`` adds
+  when validation data travels in the same stage (the filter copies every row).
 - ``toPandas``: ``df.toPandas()`` on the driver, then the array column stacked into one ndarray.
 - ``petastorm``: ``make_spark_converter(df)`` (materialises Parquet) and one pass of its torch
   DataLoader; or the exact error when petastorm does not install or run here.
@@ -62,10 +62,10 @@ def bare_arrow(df: Any) -> int:
     return sum(r["n"] for r in df.mapInArrow(task, "n long").collect())
 
 
-def orca_path(df: Any, tag_filter: bool = True) -> int:
+def orca_path(df: Any, tag_filter: bool = False) -> int:
     """What ``SparkWorkerGroup.fit`` does with a DataFrame, minus the barrier and the training:
-    the split tag column, then per task the tag filter, ``table_to_part``, a ``Feed`` and every
-    lock-step batch of one shuffled epoch."""
+    per task ``table_to_part``, a ``Feed`` and every lock-step batch of one shuffled epoch (with
+    ``tag_filter``: first the split tag column and its filter, as when validation data comes along)."""
     from pyspark.sql import functions as F
 
     from orca.core.engine.adapters import get_data_source, spark_select
@@ -75,7 +75,9 @@ def orca_path(df: Any, tag_filter: bool = True) -> int:
 
     src = get_data_source(df, feature_cols=["features"], label_cols=["label"], need_labels=True)
     fcols, lcols = src.feature_cols, src.label_cols
-    sdf = spark_select(src.obj, fcols + lcols).withColumn(TAG, F.lit(0))
+    sdf = spark_select(src.obj, fcols + lcols)
+    if tag_filter:
+        sdf = sdf.withColumn(TAG, F.lit(0))
     world = sdf.rdd.getNumPartitions()
 
     def task(batches):
@@ -145,7 +147,7 @@ def main() -> None:
             peta = None
             res["petastorm_error"] = f"{type(exc).__name__}: {exc}"
         methods: dict[str, Any] = {"arrow-bare": bare_arrow, "orca": orca_path, "toPandas": to_pandas,
-                                   "orca-no-tag-filter": lambda df: orca_path(df, tag_filter=False)}
+                                   "orca-with-validation": lambda df: orca_path(df, tag_filter=True)}
         for s in [int(v) for v in a.scales.split(",")]:
             rows = a.rows * s
             df = make_df(spark, rows)
@@ -190,11 +192,11 @@ def rows_from(res: dict) -> list[dict]:
              "toPandas": "toPandas + np.stack (driver) vs bare mapInArrow read",
              "petastorm": "Petastorm make_spark_converter + torch loader vs bare mapInArrow read",
              "arrow-bare": "bare mapInArrow read (the limit)",
-             "orca-no-tag-filter": "Orca data path without fit's split-tag filter (no validation data) vs bare read"}
+             "orca-with-validation": "Orca data path with fit's train/validation split filter vs bare read"}
     for s, sc in res["scales"].items():
         med = sc["median_s"]
         bare = sc["rows"] / med["arrow-bare"]
-        for m, target in (("orca", ">= 0.8"), ("orca-no-tag-filter", None), ("toPandas", None), ("petastorm", None),
+        for m, target in (("orca", ">= 0.8"), ("orca-with-validation", None), ("toPandas", None), ("petastorm", None),
                           ("arrow-bare", None)):
             v = sc["rows"] / med[m] if m in med else None
             note = res.get("petastorm_error", "not run") if m == "petastorm" and v is None else None
