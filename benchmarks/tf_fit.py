@@ -58,9 +58,13 @@ def _plain(x: np.ndarray, y: np.ndarray, threads: int) -> float:
 
 
 def _orca(x: np.ndarray, y: np.ndarray, workers: int, cores: int) -> float:
+    import cloudpickle
+
     from orca.core import init_orca_context, stop_orca_context
     from orca.tf import Estimator
 
+    # the workers cannot import this script: ship model_creator by value
+    cloudpickle.register_pickle_by_value(sys.modules[__name__])
     init_orca_context(cluster_mode="local", cores=cores, memory="2g")
     try:
         est = Estimator.from_keras(model_creator=model_creator, backend="ray", workers_per_node=workers, verbose=0)
