@@ -19,7 +19,6 @@ methods interleaved, median reported:
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import statistics
@@ -127,12 +126,9 @@ class Petastorm:
 
 
 def main() -> None:
-    p = argparse.ArgumentParser()
-    p.add_argument("--rows", type=int, default=8192)
-    p.add_argument("--scales", default="1,4,16")
-    p.add_argument("--repeats", type=int, default=3)
-    p.add_argument("--out", required=True)
-    a = p.parse_args()
+    from harness import child_args
+
+    a = child_args(default_rows=8192)
     from orca.core import stop_orca_context
 
     res: dict = {"rows": a.rows, "width": WIDTH, "bytes_per_row": WIDTH * 4 + 8, "repeats": a.repeats, "scales": {}}

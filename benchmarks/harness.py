@@ -100,6 +100,18 @@ def last_error_line(text: str) -> str:
     return lines[-1][:400] if lines else "(no output)"
 
 
+def child_args(default_rows: int) -> Any:
+    """The arguments every scaled child benchmark takes: ``--rows --scales --repeats --out``."""
+    import argparse
+
+    p = argparse.ArgumentParser()
+    p.add_argument("--rows", type=int, default=default_rows)
+    p.add_argument("--scales", default="1,4,16")
+    p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--out", required=True)
+    return p.parse_args()
+
+
 def local_spark(conf: dict[str, str] | None = None, cores: int = 2) -> Any:
     """A local Orca context (``local[cores]``, 4 GB driver for the x16 data) and its Spark session."""
     from orca.core import init_orca_context

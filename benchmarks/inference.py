@@ -16,7 +16,6 @@ calls, methods interleaved, median reported.
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import statistics
@@ -100,12 +99,9 @@ def ray_predict(ds: Any, state_ref: Any) -> int:
 
 
 def main() -> None:
-    p = argparse.ArgumentParser()
-    p.add_argument("--rows", type=int, default=16384)
-    p.add_argument("--scales", default="1,4,16")
-    p.add_argument("--repeats", type=int, default=3)
-    p.add_argument("--out", required=True)
-    a = p.parse_args()
+    from harness import child_args
+
+    a = child_args(default_rows=16384)
     import pyarrow as pa
     import ray
     from datapath import make_df
