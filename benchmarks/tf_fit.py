@@ -9,6 +9,8 @@ are warm):
 - ``orca_fit_1w``: ``est.fit`` with one Ray worker; ratio = orca / plain (target >= 0.97).
 - ``orca_fit_2w``: two Ray workers of one thread each; ratio = 2-worker samples/s divided by
   twice one 1-thread worker's (the efficiency; target >= 0.9).
+- ``orca_fit_2w bigdl``: the same on the ``bigdl`` backend (Spark barrier tasks, gradients
+  all-reduced by orca.core.sync instead of the MultiWorkerMirroredStrategy).
 
 Writes ``benchmarks/results/tf_fit.json``.
 """
@@ -57,7 +59,7 @@ def _plain(x: np.ndarray, y: np.ndarray, threads: int) -> float:
     return len(x) / (time.perf_counter() - t0)
 
 
-def _orca(x: np.ndarray, y: np.ndarray, workers: int, cores: int) -> float:
+def _orca(x: np.ndarray, y: np.ndarray, workers: int, cores: int, backend: str = "ray") -> float:
     import cloudpickle
 
     from orca.core import init_orca_context, stop_orca_context
@@ -67,7 +69,8 @@ def _orca(x: np.ndarray, y: np.ndarray, workers: int, cores: int) -> float:
     cloudpickle.register_pickle_by_value(sys.modules[__name__])
     init_orca_context(cluster_mode="local", cores=cores, memory="2g")
     try:
-        est = Estimator.from_keras(model_creator=model_creator, backend="ray", workers_per_node=workers, verbose=0)
+        est = Estimator.from_keras(model_creator=model_creator, backend=backend, workers_per_node=workers,
+                                   verbose=0)
         est.fit((x, y), epochs=1, batch_size=BATCH)
         t0 = time.perf_counter()
         est.fit((x, y), epochs=1, batch_size=BATCH)
@@ -78,13 +81,13 @@ def _orca(x: np.ndarray, y: np.ndarray, workers: int, cores: int) -> float:
         stop_orca_context()
 
 
-def _child(kind: str, rows: int, workers: int, cores: int) -> float:
+def _child(kind: str, rows: int, workers: int, cores: int, backend: str = "ray") -> float:
     """Each measurement in a fresh interpreter: TF's thread settings are fixed at its first op."""
     import subprocess
 
     code = (f"import sys; sys.path.insert(0, {str(HERE)!r}); import tf_fit as b; "
             f"x, y = b._data({rows}); "
-            f"print('RATE', b._plain(x, y, {cores}) if {kind!r} == 'plain' else b._orca(x, y, {workers}, {cores}))")
+            f"print('RATE', b._plain(x, y, {cores}) if {kind!r} == 'plain' else b._orca(x, y, {workers}, {cores}, {backend!r}))")
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=900, env=env)
     for line in out.stdout.splitlines():
@@ -99,6 +102,7 @@ def run(quick: bool) -> list[dict[str, Any]]:
     plain1 = _child("plain", rows, 1, 1)
     orca1 = _child("orca", rows, 1, 1)
     orca2 = _child("orca", rows, 2, 2)
+    bigdl2 = _child("orca", rows, 2, 2, "bigdl")
     return [
         {"name": "plain_fit (1 thread)", "value": round(plain1, 1), "unit": "samples/s", "ratio": 1.0,
          "target": None},
@@ -106,6 +110,8 @@ def run(quick: bool) -> list[dict[str, Any]]:
          "ratio": round(orca1 / plain1, 3), "target": 0.97},
         {"name": "orca_fit_2w (2x1 thread) efficiency", "value": round(orca2, 1), "unit": "samples/s",
          "ratio": round(orca2 / (2 * orca1), 3), "target": 0.9},
+        {"name": "orca_fit_2w bigdl backend (2x1 thread, orca.core.sync) efficiency", "value": round(bigdl2, 1),
+         "unit": "samples/s", "ratio": round(bigdl2 / (2 * orca1), 3), "target": 0.9},
     ]
 
 

@@ -9,7 +9,14 @@ pytest_plugins = ["orca.core.testing.fixtures"]
 
 @pytest.fixture(params=["ray", "spark"])
 def backend(request):
-    """Every behaviour is checked on both backends."""
+    """Every behaviour is checked on both strategy backends."""
+    return request.param
+
+
+@pytest.fixture(params=["ray", "spark", "bigdl"])
+def all_backends(request):
+    """The tests that pin exact numbers also run on the bigdl backend (orca.core.sync: the same steps,
+    another all-reduce)."""
     return request.param
 
 

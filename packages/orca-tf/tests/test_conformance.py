@@ -1,4 +1,4 @@
-"""orca-core's Estimator conformance suite, run against orca.tf on both backends.
+"""orca-core's Estimator conformance suite, run against orca.tf on every backend.
 
 The suite trains a fresh Estimator for every test that reads a trained one; here one trained
 Estimator per backend serves all of them (they only read it; the save/load test shuts its
@@ -15,7 +15,7 @@ from orca.tf import Estimator
 class TestKerasConformance(EstimatorConformance):
     _trained = None
 
-    @pytest.fixture(scope="class", params=["ray", "spark"])
+    @pytest.fixture(scope="class", params=["ray", "spark", "bigdl"])
     @classmethod
     def backend(cls, request):
         return request.param

@@ -21,7 +21,8 @@ def sgd_step_by_hand(est_model_weights, x, y, lr):
 
 
 @pytest.mark.parametrize("flavour", ["keras3", "tf_keras"])
-def test_one_global_batch_sgd_step_equals_the_single_process_step(orca_context, backend, flavour):
+def test_one_global_batch_sgd_step_equals_the_single_process_step(orca_context, all_backends, flavour):
+    backend = all_backends
     if flavour == "tf_keras":
         pytest.importorskip("tf_keras")
     creator = linear_creator(lr=0.1) if flavour == "keras3" else legacy_linear_creator(lr=0.1)
@@ -40,8 +41,9 @@ def test_one_global_batch_sgd_step_equals_the_single_process_step(orca_context, 
     np.testing.assert_allclose(b1[0], want_b, atol=1e-5)
 
 
-def test_skewed_and_empty_shards_train_as_one_process(orca_context, backend):
-    """One shard for two workers (the spark backend's second worker holds nothing), global batches exact."""
+def test_skewed_and_empty_shards_train_as_one_process(orca_context, all_backends):
+    """One shard for two workers (a Spark backend's second worker holds nothing), global batches exact."""
+    backend = all_backends
     x, y = regression(rows=30)
     shards = XShards.partition({"x": x, "y": y}, num_shards=1, backend="spark")
     est = Estimator.from_keras(model_creator=linear_creator(lr=0.1), backend=backend, workers_per_node=2, verbose=0)
@@ -55,7 +57,7 @@ def test_skewed_and_empty_shards_train_as_one_process(orca_context, backend):
     import keras
 
     plain = linear_creator(lr=0.1)({})
-    # the lock-step plan: ray cuts 15 + 15 rows (3 + 3 a step), spark gives all 30 to rank 0 (6 a step)
+    # the lock-step plan: ray cuts 15 + 15 rows (3 + 3 a step), spark/bigdl give all 30 to rank 0 (6 a step)
     if backend == "ray":
         steps = [np.r_[3 * k:3 * k + 3, 15 + 3 * k:18 + 3 * k] for k in range(5)]
     else:

@@ -11,7 +11,7 @@ from orca.core.engine.callbacks import Callback
 from orca.core.engine.estimator import BaseEstimator
 from orca.core.engine.history import History
 from orca.core.engine.runner import Runner, solo_runner
-from orca.tf.runner import KerasRunner
+from orca.tf.runner import BigDLKerasRunner, KerasRunner
 
 _LATER = {"horovod": "a later issue (it needs its own TF 2.15 environment)"}
 #: engine stats that are not Keras history keys
@@ -56,8 +56,8 @@ class Estimator(BaseEstimator):
     ``save_weights``, ``load_weights``, ``get_model``. See :class:`orca.core.engine.BaseEstimator`.
     """
 
-    runner_cls = KerasRunner
-    launchers = {"ray": "ray", "spark": "spark"}
+    runner_cls: type[KerasRunner] = KerasRunner
+    launchers = {"ray": "ray", "spark": "spark", "bigdl": "spark"}
 
     @classmethod
     def from_keras(
@@ -81,8 +81,11 @@ class Estimator(BaseEstimator):
             compile_args_creator: ``f(config)`` returning ``model.compile`` keyword arguments, for a
                 creator that returns an uncompiled model.
             workers_per_node: workers on each node; ``batch_size`` is split across all workers.
-            backend: ``"ray"`` (Ray actors) or ``"spark"`` (Spark barrier tasks); both keep the
-                replicas in step over a ``tf.distribute.MultiWorkerMirroredStrategy``.
+            backend: ``"ray"`` (Ray actors) or ``"spark"`` (Spark barrier tasks), both keeping the
+                replicas in step over a ``tf.distribute.MultiWorkerMirroredStrategy``; or ``"bigdl"``
+                (Spark barrier tasks kept in step by Orca's own parameter sync, :mod:`orca.core.sync`,
+                as the torch ``bigdl`` backend: the same steps and weights, with a faster all-reduce
+                than the strategy's on CPU clusters).
             model_dir: default directory for checkpoints (a shared filesystem on a cluster).
             verbose: 0 hides the driver's progress bar.
             seed: seeds model creation and shuffling on every worker (``None``: unseeded).
@@ -104,7 +107,7 @@ class Estimator(BaseEstimator):
         """
         if backend in _LATER:
             raise ValueError(f"backend={backend!r} is not available yet (tracked in {_LATER[backend]}); "
-                             "use backend='ray' or backend='spark'.")
+                             "use backend='ray', 'spark' or 'bigdl'.")
         if not callable(model_creator) or isinstance(model_creator, type):
             raise TypeError(f"model_creator must be a function f(config) returning a compiled keras.Model, got "
                             f"{type(model_creator).__name__}.")
@@ -116,8 +119,11 @@ class Estimator(BaseEstimator):
 
         active = OrcaContext.active()
         spec["timeout_s"] = active.settings.worker_timeout_s if active is not None else 600.0
-        return cls(spec=spec, backend=backend, workers_per_node=workers_per_node, model_dir=model_dir,
-                   use_tqdm=bool(verbose))
+        est = cls(spec=spec, backend=backend, workers_per_node=workers_per_node, model_dir=model_dir,
+                  use_tqdm=bool(verbose))
+        if backend == "bigdl":
+            est.runner_cls = BigDLKerasRunner
+        return est
 
     # ------------------------------------------------------------ data
     def extra_adapters(self) -> Sequence[Any]:

@@ -76,21 +76,29 @@ class KerasRunner(Runner):
 
     child: Any = None
     strategy: Any = None
+    #: keep the replicas in step with orca.core.sync (the ``bigdl`` backend) instead of the strategy
+    orca_sync = False
+    group: Any = None
     fit_options: dict[str, Any] = {}  # noqa: RUF012 - replaced, never mutated
 
     def setup(self, rendezvous: Rendezvous) -> None:
         super().setup(rendezvous)
         self.world, self.rank = rendezvous.world_size, rendezvous.rank
         threads = int(self.spec.get("threads", 1))
-        if self.world > 1 and not self.spec.get("in_child") and not _sync.can_join(rendezvous):
+        strategy = self.world > 1 and not self.orca_sync
+        if strategy and not self.spec.get("in_child") and not _sync.can_join(rendezvous):
             from orca.tf._child import ChildProcess
 
             self.child = ChildProcess(self.spec, rendezvous, float(self.spec.get("timeout_s", 600)))
             return
-        if self.world > 1:
+        if strategy:
             self.strategy = _sync.join(rendezvous, threads)
         else:
             _sync.set_threads(threads)
+        if self.world > 1 and self.orca_sync:
+            from orca.core.sync import SyncGroup
+
+            self.group = SyncGroup.from_rendezvous(rendezvous, timeout_s=float(self.spec.get("timeout_s", 600)))
         import tensorflow as tf
 
         seed = self.spec.get("seed")
@@ -113,20 +121,30 @@ class KerasRunner(Runner):
         if self.child is not None:
             self.child.close()
             self.child = None
+        if self.group is not None:
+            self.group.close()
+            self.group = None
+
+    def collective(self) -> Any:
+        return self.group  # stats travel over the sync group when there is one (else the backend's)
 
     # ------------------------------------------------------------ sync
     def _broadcast_weights(self) -> None:
         """Rank 0's initial weights to every worker (a sum where the other ranks add zeros)."""
         self._synced = True
-        if self.strategy is None:
+        if self.strategy is None and self.group is None:
             return
         weights = self.model.get_weights()
         if not weights:
             return
         flat = np.concatenate([w.reshape(-1).astype(np.float64) for w in weights])
-        if self.rank != 0:
-            flat = np.zeros_like(flat)
-        total = np.asarray(_sync.all_sum(self.strategy, flat))
+        if self.group is not None:
+            self.group.broadcast(flat)
+            total = flat
+        else:
+            if self.rank != 0:
+                flat = np.zeros_like(flat)
+            total = np.asarray(_sync.all_sum(self.strategy, flat))
         out, offset = [], 0
         for w in weights:
             out.append(total[offset:offset + w.size].reshape(w.shape).astype(w.dtype))
@@ -163,7 +181,7 @@ class KerasRunner(Runner):
             if counter is not None:  # tf_keras counts steps here (its TensorBoard's batch step)
                 counter.assign_add(1)
 
-        if strategy is None:  # one worker: the whole step is one tf.function, as in model.fit
+        if strategy is None and self.group is None:  # one worker: one tf.function a step, as in model.fit
             @tf.function(reduce_retracing=True)
             def step(x: Any, y: Any, sw: Any, weight: Any) -> Any:
                 loss, grads = loss_and_grads(x, y, sw, weight)
@@ -177,6 +195,10 @@ class KerasRunner(Runner):
             loss, grads = loss_and_grads(x, y, sw, weight)
             return loss, tf.concat([tf.cast(tf.reshape(g, [-1]), tf.float32) for g in grads], 0)
 
+        if self.group is not None:
+            return _Step(grads_of=grads_of, reduce_apply=self._orca_reduce_apply(apply, shapes, sizes, tvars),
+                         size=sum(sizes))
+
         # Every rank runs this same function once a step (an empty share with zeros): one trace,
         # so the collective inside it has the same instance on every rank, and no eager
         # all-reduce (about 3x slower than one inside a tf.function) on the hot path.
@@ -187,6 +209,25 @@ class KerasRunner(Runner):
             apply([tf.cast(tf.reshape(p, s), v.dtype) for p, s, v in zip(parts, shapes, tvars, strict=True)])
 
         return _Step(grads_of=grads_of, reduce_apply=reduce_apply, size=sum(sizes))
+
+    def _orca_reduce_apply(self, apply: Any, shapes: list[Any], sizes: list[int], tvars: list[Any]) -> Any:
+        """The ``bigdl`` backend's step end: all-reduce the flat gradient with orca.core.sync (a
+        numpy buffer, reduced in place), then apply it in one tf.function."""
+        import tensorflow as tf
+
+        @tf.function(input_signature=[tf.TensorSpec([sum(sizes)], tf.float32)])
+        def apply_flat(flat: Any) -> None:
+            parts = tf.split(flat, sizes)
+            apply([tf.cast(tf.reshape(p, s), v.dtype) for p, s, v in zip(parts, shapes, tvars, strict=True)])
+
+        group = self.group
+
+        def reduce_apply(flat: Any) -> None:
+            buf = np.array(flat, dtype=np.float32)  # a writable copy of the tensor (80 KB..MBs)
+            group.allreduce(buf, op="mean")
+            apply_flat(tf.constant(buf))
+
+        return reduce_apply
 
     # ------------------------------------------------------------ steps
     def _sample_weight(self, y: list[np.ndarray]) -> Any:
@@ -367,3 +408,12 @@ class KerasRunner(Runner):
             if len(variables) == len(opt_state):
                 for var, value in zip(variables, opt_state, strict=True):
                     var.assign(value)
+
+
+class BigDLKerasRunner(KerasRunner):
+    """The ``bigdl`` backend's runner: the same compiled step, its gradients all-reduced by
+    :mod:`orca.core.sync` (BigDL's reduce-scatter + all-gather) instead of a
+    MultiWorkerMirroredStrategy. No TF collective is configured, so a reused Spark Python
+    worker hosts it in place (no child process)."""
+
+    orca_sync = True
