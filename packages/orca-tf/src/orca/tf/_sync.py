@@ -3,7 +3,7 @@
 TF allows one collective configuration per process, made before the first TF op, so a
 process joins at most one strategy: :func:`can_join` says whether this one still can
 (a fresh Ray actor can; a reused Spark Python worker that already ran TF cannot, and its
-runner moves to a fresh child process instead, see :mod:`orca.tf._child`).
+runner moves to a fresh child process instead, see :mod:`orca.core.engine.child`).
 
 The strategy is used as the transport only: the model and its optimizer stay plain Keras
 objects (as in one process), and each step's gradients are summed over the workers by the

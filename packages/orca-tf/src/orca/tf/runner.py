@@ -50,7 +50,7 @@ def _outputs(out: Any) -> list[np.ndarray]:
 
 
 def _forward(method: Callable[..., Any]) -> Callable[..., Any]:
-    """Run the method in the child process when this runner moved there (see ``orca.tf._child``)."""
+    """Run the method in the child process when this runner moved there (see ``orca.core.engine.child``)."""
 
     @functools.wraps(method)
     def wrapper(self: KerasRunner, *args: Any) -> Any:
@@ -85,20 +85,27 @@ class KerasRunner(Runner):
         super().setup(rendezvous)
         self.world, self.rank = rendezvous.world_size, rendezvous.rank
         threads = int(self.spec.get("threads", 1))
-        strategy = self.world > 1 and not self.orca_sync
-        if strategy and not self.spec.get("in_child") and not _sync.can_join(rendezvous):
-            from orca.tf._child import ChildProcess
+        in_child = bool(self.spec.get("in_child"))
+        if self.world > 1 and not in_child:
+            # small-object collectives (epoch stats), the initial weights and, on the bigdl backend,
+            # the gradients go through orca.core.sync; it needs no TF, so it lives in this process
+            # also when the runner moves to a child (Spark's own allGather polls once a second)
+            from orca.core.sync import SyncGroup
 
-            self.child = ChildProcess(self.spec, rendezvous, float(self.spec.get("timeout_s", 600)))
+            self.group = SyncGroup.from_rendezvous(rendezvous, timeout_s=float(self.spec.get("timeout_s", 600)))
+        strategy = self.world > 1 and not self.orca_sync
+        if strategy and not in_child and not _sync.can_join(rendezvous):
+            # this process cannot join another strategy: host the runner in a fresh child (a spare
+            # that has imported TensorFlow already, see orca.core.engine.child)
+            from orca.core.engine.child import start_child
+
+            self.child = start_child(type(self), self.spec, rendezvous, preload=("tensorflow",),
+                                     timeout_s=float(self.spec.get("timeout_s", 600)), what="the TF worker process")
             return
         if strategy:
             self.strategy = _sync.join(rendezvous, threads)
         else:
             _sync.set_threads(threads)
-        if self.world > 1 and self.orca_sync:
-            from orca.core.sync import SyncGroup
-
-            self.group = SyncGroup.from_rendezvous(rendezvous, timeout_s=float(self.spec.get("timeout_s", 600)))
         import tensorflow as tf
 
         seed = self.spec.get("seed")
@@ -119,7 +126,7 @@ class KerasRunner(Runner):
 
     def shutdown(self) -> None:
         if self.child is not None:
-            self.child.close()
+            self.child.close()  # the child's runner shuts down with it
             self.child = None
         if self.group is not None:
             self.group.close()
@@ -181,7 +188,7 @@ class KerasRunner(Runner):
             if counter is not None:  # tf_keras counts steps here (its TensorBoard's batch step)
                 counter.assign_add(1)
 
-        if strategy is None and self.group is None:  # one worker: one tf.function a step, as in model.fit
+        if self.world == 1:  # one worker: one tf.function a step, as in model.fit
             @tf.function(reduce_retracing=True)
             def step(x: Any, y: Any, sw: Any, weight: Any) -> Any:
                 loss, grads = loss_and_grads(x, y, sw, weight)
@@ -195,7 +202,7 @@ class KerasRunner(Runner):
             loss, grads = loss_and_grads(x, y, sw, weight)
             return loss, tf.concat([tf.cast(tf.reshape(g, [-1]), tf.float32) for g in grads], 0)
 
-        if self.group is not None:
+        if self.orca_sync:
             return _Step(grads_of=grads_of, reduce_apply=self._orca_reduce_apply(apply, shapes, sizes, tvars),
                          size=sum(sizes))
 

@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from orca.core._net import find_free_port
+from orca.core._net import find_free_ports
 from orca.core.engine.adapters import DataSource, spark_select
 from orca.core.engine.convert import Part, part_rows, shard_to_part, table_to_part
 from orca.core.engine.errors import OrcaWorkerError
@@ -104,10 +104,12 @@ class _Worker:
         self.feed_key: Any = None
         self.feed: Feed | None = None
 
-    def address(self) -> tuple[str, int]:
+    def address(self) -> tuple[str, int, int]:
+        """This worker's host, a port for the framework's cluster spec, and one for orca.core.sync."""
         ray = _ray()
         host = ray.util.get_node_ip_address()
-        return host, find_free_port(host)
+        port, sync_port = find_free_ports(2, host)
+        return host, port, sync_port
 
     def setup(self, rendezvous: Rendezvous) -> None:
         self.rendezvous = rendezvous
@@ -289,8 +291,8 @@ class RayWorkerGroup:
         try:
             # every worker reserves a port: frameworks with a full cluster spec (TF_CONFIG) need them all
             addrs = self._get([a.address.remote() for a in self.actors], "start")
-            host, port = addrs[0]
-            extra = {"worker_addresses": [f"{h}:{p}" for h, p in addrs]}
+            host, port, sync_port = addrs[0]
+            extra = {"worker_addresses": [f"{h}:{p}" for h, p, _ in addrs], "sync_port": sync_port}
             rdvs = [Rendezvous(rank=r, world_size=self.num_workers, master_addr=host, master_port=port,
                                host=addrs[r][0], extra=extra) for r in range(self.num_workers)]
             self._get([a.setup.remote(rdv) for a, rdv in zip(self.actors, rdvs, strict=True)], "setup")

@@ -29,7 +29,9 @@ class Rendezvous:
         counts: training rows each rank holds (same list on every worker).
         host: this worker's host address.
         extra: backend-specific facts; every backend sets ``worker_addresses``: each rank's
-            ``"host:port"`` with a port reserved for that rank (e.g. for TF_CONFIG).
+            ``"host:port"`` with a port reserved for that rank (e.g. for TF_CONFIG), and
+            ``sync_port``: another port on rank 0's host, for :mod:`orca.core.sync` (so a
+            framework can run its own group and a sync group side by side).
     """
 
     rank: int

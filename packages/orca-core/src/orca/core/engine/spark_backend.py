@@ -19,7 +19,7 @@ from typing import Any
 import cloudpickle
 import numpy as np
 
-from orca.core._net import find_free_port
+from orca.core._net import find_free_ports
 from orca.core.engine.adapters import DataSource, spark_select
 from orca.core.engine.convert import Part, part_rows, shard_to_part, table_to_part
 from orca.core.engine.errors import OrcaWorkerError
@@ -54,11 +54,15 @@ def _barrier_worker(job: dict[str, Any], train_parts: list[Part], val_parts: lis
         val = Feed.concat(val_parts) if job["has_val"] else None
         infos = ctx.getTaskInfos()
         host = infos[rank].address.split(":")[0] or "127.0.0.1"
-        port = find_free_port(host)  # every rank's: frameworks with a cluster spec (TF_CONFIG) need them all
-        gathered = [json.loads(m) for m in ctx.allGather(json.dumps({"port": port, "rows": feed.num_rows}))]
+        # every rank's port: frameworks with a cluster spec (TF_CONFIG) need them all; and a second
+        # one on rank 0 for orca.core.sync, which a framework may run beside its own group
+        port, sync_port = find_free_ports(2, host)
+        gathered = [json.loads(m) for m in ctx.allGather(json.dumps({"port": port, "sync_port": sync_port,
+                                                                     "rows": feed.num_rows}))]
         counts = tuple(int(g["rows"]) for g in gathered)
         hosts = [i.address.split(":")[0] or "127.0.0.1" for i in infos]
-        extra = {"worker_addresses": [f"{h}:{g['port']}" for h, g in zip(hosts, gathered, strict=True)]}
+        extra = {"worker_addresses": [f"{h}:{g['port']}" for h, g in zip(hosts, gathered, strict=True)],
+                 "sync_port": int(gathered[0]["sync_port"])}
         rdv = Rendezvous(rank=rank, world_size=len(infos), master_addr=hosts[0], master_port=gathered[0]["port"],
                          counts=counts, host=host, extra=extra)
         runner = job["runner_cls"](dict(job["spec"], threads=job["threads"]))

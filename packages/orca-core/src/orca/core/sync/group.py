@@ -202,9 +202,14 @@ class SyncGroup(Collective):
 
     @classmethod
     def from_rendezvous(cls, rendezvous: Any, timeout_s: float = 60.0) -> SyncGroup:
-        """Connect the group described by an :class:`orca.core.engine.Rendezvous`."""
+        """Connect the group described by an :class:`orca.core.engine.Rendezvous`.
+
+        Rank 0 listens on the rendezvous' ``sync_port`` (reserved for this group by every Orca
+        backend) or, in a rendezvous without one, on its ``master_port``.
+        """
+        port = int((rendezvous.extra or {}).get("sync_port") or rendezvous.master_port)
         return cls.connect(rendezvous.rank, rendezvous.world_size, rendezvous.master_addr or "127.0.0.1",
-                           rendezvous.master_port, host=rendezvous.host, timeout_s=timeout_s)
+                           port, host=rendezvous.host, timeout_s=timeout_s)
 
     @staticmethod
     def _read_message(sock: socket.socket, op: int, seq: int, deadline: float) -> bytes:
