@@ -1,9 +1,12 @@
 """predict equals the plain OpenVINO runtime on arrays, XShards and DataFrames, on both backends."""
 
+import tempfile
+from pathlib import Path
+
 import numpy as np
 import pandas as pd
 import pytest
-from conftest import F32, linear_model, reference, two_in_two_out_model
+from conftest import F32, linear_model, reference, save_ir, two_in_two_out_model
 
 from orca.core.data import XShards
 from orca.openvino import Estimator
@@ -92,8 +95,6 @@ def test_two_inputs_two_outputs_on_a_dataframe_with_output_cols(two_io_ir, ab, s
 
 
 def test_model_with_a_fixed_batch_pads_the_last_batch(backend, tmp_path, xs, orca_context):
-    from conftest import save_ir
-
     est = Estimator.from_openvino(model_path=save_ir(linear_model(batch=4), tmp_path), config=F32, backend=backend)
     try:
         np.testing.assert_allclose(est.predict(xs, batch_size=10), reference(linear_model(), xs)[0], atol=ATOL)
@@ -131,7 +132,7 @@ def test_a_spark_worker_compiles_once_for_all_its_partitions(linear_ir, xs, spar
     def tag(shard):  # runs in the Python worker that predicted the shard (RDD stages pipeline)
         from orca.core.engine.spark_backend import _RUNNERS
 
-        return dict(shard, runners=[(r.pid, id(r.compiled)) for _, r in _RUNNERS.values()])
+        return dict(shard, runners=[(r.pid, id(r.compiled)) for r in _RUNNERS.values()])
 
     out = est.predict(shards, batch_size=4).transform_shard(tag).collect()
     seen = {pair for s in out for pair in s["runners"]}
@@ -139,6 +140,52 @@ def test_a_spark_worker_compiles_once_for_all_its_partitions(linear_ir, xs, spar
     assert len(seen) == len(pids) < len(out)  # one compiled model per worker, reused across partitions
     np.testing.assert_allclose(np.concatenate([s["prediction"] for s in out]), reference(linear_model(), xs)[0],
                                atol=ATOL, rtol=0)
+
+
+def _compiled_per_worker(df):
+    """(pid, id of the compiled model) of every runner kept by the Python workers that read ``df``."""
+
+    def look(batches):
+        import os
+
+        import pyarrow as pa
+
+        from orca.core.engine.spark_backend import _RUNNERS
+
+        for _ in batches:
+            pass
+        yield pa.RecordBatch.from_pydict({"pid": [os.getpid()] * len(_RUNNERS),
+                                          "compiled": [id(r.compiled) for r in _RUNNERS.values()]})
+
+    return {(r.pid, r.compiled) for r in df.mapInArrow(look, "pid long, compiled long").collect()}
+
+
+def test_dataframe_predicted_again_reuses_each_workers_compiled_model(linear_ir, xs, spark):
+    df = spark.createDataFrame(pd.DataFrame({"x": list(xs)})).repartition(2).cache()
+    est = Estimator.from_openvino(model_path=linear_ir, config=F32)
+    first = est.predict(df, feature_cols=["x"]).toPandas()
+    compiled = _compiled_per_worker(df)
+    second = est.predict(df, feature_cols=["x"], batch_size=7).toPandas()
+    assert compiled <= _compiled_per_worker(df)  # the same compiled models are still there
+    np.testing.assert_array_equal(np.sort(first["prediction"]), np.sort(second["prediction"]))
+    est.load(save_ir(linear_model(batch=4), Path(tempfile.mkdtemp())))  # another model: compiled anew
+    est.predict(df, feature_cols=["x"]).toPandas()
+    after = _compiled_per_worker(df)
+    assert after - compiled, "a new model must be compiled, not served from the cache"
+    df.unpersist()
+
+
+def test_flat_rows_are_reshaped_to_the_inputs_row_shape(two_io_ir, ab, spark):
+    a, b = ab
+    want = reference(two_in_two_out_model(), [a, b])
+    pdf = pd.DataFrame({"id": np.arange(len(a)), "a": list(a), "b": list(b.reshape(len(b), 6))})
+    est = Estimator.from_openvino(model_path=two_io_ir, config=F32)
+    out = est.predict(spark.createDataFrame(pdf), feature_cols=["a", "b"], output_cols=["s", "p"]).toPandas()
+    out = out.sort_values("id")
+    np.testing.assert_allclose(np.stack(out["p"].to_numpy()), want[1], atol=ATOL, rtol=0)
+    np.testing.assert_allclose(est.predict([a, b.reshape(len(b), 6)])[0], want[0], atol=ATOL, rtol=0)
+    with pytest.raises(ValueError, match=r"input 'b' takes rows of shape \[2, 3\]"):
+        est.predict([a, b.reshape(len(b), 6)[:, :5]])
 
 
 def test_save_and_load_keep_predictions(tmp_path, linear_ir, xs, orca_context):

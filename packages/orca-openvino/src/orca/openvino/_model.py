@@ -129,7 +129,9 @@ def check_inputs(x: list[np.ndarray], inputs: tuple[Port, ...], order: list[int]
     """Check the user's arrays against the model inputs; return them in model order, in model dtypes.
 
     A float64 array feeds a float32 input (a same-kind cast); an array of another kind (floats
-    for an integer input, strings, objects) or of another per-row shape is refused.
+    for an integer input, strings, objects) or of another per-row shape is refused. Rows stored
+    flat (``(n, 3*32*32)`` for an input of static rows ``(3, 32, 32)``, as a DataFrame array
+    column holds them) are reshaped to the input's rows.
 
     Raises:
         ValueError: a wrong number of arrays, or a shape the input cannot take.
@@ -149,6 +151,8 @@ def check_inputs(x: list[np.ndarray], inputs: tuple[Port, ...], order: list[int]
                             f"convert it first (e.g. arr.astype(np.{port.dtype.name})).")
         if port.dims is not None:
             row = tuple(port.dims[1:])
+            if arr.ndim == 2 and len(row) > 1 and None not in row and arr.shape[1] == int(np.prod(row)):
+                arr = arr.reshape(len(arr), *row)  # rows stored flat (a DataFrame array column)
             if arr.ndim != len(port.dims) or any(d is not None and d != a for d, a in zip(row, arr.shape[1:],
                                                                                              strict=True)):
                 raise ValueError(f"input {port.name!r} takes rows of shape {Port('', port.dtype, row).shape_text()} "

@@ -8,7 +8,6 @@ import warnings
 from collections.abc import Iterator, Sequence
 from typing import Any
 
-import cloudpickle
 import numpy as np
 import pandas as pd
 
@@ -17,7 +16,7 @@ from orca.core.engine.convert import shard_to_part, table_to_part
 from orca.core.engine.feed import Feed
 from orca.core.engine.loop import run_predict
 from orca.core.engine.runner import solo_runner
-from orca.core.engine.spark_backend import _cached_runner
+from orca.core.engine.spark_backend import broadcast_runner, cached_runner
 
 
 def _arrow_type(arr: np.ndarray) -> Any:
@@ -55,35 +54,64 @@ def output_names(n_outputs: int, output_cols: Sequence[str] | None) -> list[str]
     return list(output_cols)
 
 
+#: output columns learnt by a one-row probe, per (runner digest, feature column types): a model
+#: that predicts again with the same weights on the same kind of DataFrame skips the probe job
+_PROBES: dict[tuple[Any, ...], tuple[int, list[bool], list[Any]]] = {}
+_PROBES_KEPT = 16
+
+
+def _probe_outputs(runner_cls: Any, spec: dict[str, Any], state: Any, df: Any, feature_cols: list[str],
+                   key: tuple[Any, ...]) -> tuple[int, list[bool], list[Any]]:
+    """(number of outputs, which are squeezed (n, 1) outputs, their Arrow types), from one row
+    predicted on the driver, or from the cache."""
+    hit = _PROBES.get(key)
+    if hit is not None:
+        return hit
+    probe_tbl = spark_select(df, feature_cols).limit(1).toArrow()
+    if probe_tbl.num_rows == 0:
+        raise ValueError("predict: the DataFrame is empty, so the model's output columns cannot be inferred; "
+                         "predict a DataFrame with at least one row.")
+    probe_part = table_to_part(probe_tbl, feature_cols, [])
+    probe = run_predict(solo_runner(runner_cls, spec, state), Feed(probe_part["x"]), 1)
+    # an (n, 1) output becomes a scalar column, the shape users expect of one prediction per row
+    squeeze = [p.ndim == 2 and p.shape[1] == 1 for p in probe]
+    types = [_arrow_type(p[:, 0] if sq else p) for p, sq in zip(probe, squeeze, strict=True)]
+    if len(_PROBES) >= _PROBES_KEPT:
+        _PROBES.pop(next(iter(_PROBES)))
+    _PROBES[key] = (len(probe), squeeze, types)
+    return _PROBES[key]
+
+
 def predict_dataframe(runner_cls: Any, spec: dict[str, Any], state: Any, df: Any, feature_cols: list[str],
                       batch_size: int, output_cols: Sequence[str] | None, threads: int) -> Any:
     """Return ``df`` with prediction column(s), computed lazily on the executors.
 
-    The output schema comes from predicting one row on the driver (a ``limit(1)``).
+    The output schema comes from predicting one row on the driver (a ``limit(1)`` job), once
+    per model state and feature column types: an empty DataFrame can be predicted only after
+    that (it then gives an empty result). Each Python worker keeps the model it built for the
+    next call with the same state.
     """
     import pyarrow as pa
     from pyspark.sql import SparkSession
 
     spark = SparkSession.getActiveSession() or df.sparkSession
-    probe_tbl = spark_select(df, feature_cols).limit(1).toArrow()
-    if probe_tbl.num_rows == 0:
-        raise ValueError("predict: the DataFrame is empty.")
-    probe_part = table_to_part(probe_tbl, feature_cols, [])
-    probe = run_predict(solo_runner(runner_cls, spec, state), Feed(probe_part["x"]), 1)
-    names = output_names(len(probe), output_cols)
-    clash = [n for n in names if n in df.columns]
-    if clash:
-        raise ValueError(f"predict: output column(s) {clash} already exist in the DataFrame; pass output_cols=[...].")
-    # an (n, 1) output becomes a scalar column, the shape users expect of one prediction per row
-    squeeze = [p.ndim == 2 and p.shape[1] == 1 for p in probe]
-    types = [_arrow_type(p[:, 0] if sq else p) for p, sq in zip(probe, squeeze, strict=True)]
-    bc = spark.sparkContext.broadcast(cloudpickle.dumps(
-        {"runner_cls": runner_cls, "spec": spec, "state": state, "threads": threads}))
+    bc = broadcast_runner(spark.sparkContext, runner_cls, spec, state, threads)
+    try:
+        key = (bc.value[0], tuple((c, df.schema[c].dataType.simpleString()) for c in feature_cols))
+        n_outputs, squeeze, types = _probe_outputs(runner_cls, spec, state, df, feature_cols, key)
+        names = output_names(n_outputs, output_cols)
+        clash = [n for n in names if n in df.columns]
+        if clash:
+            raise ValueError(f"predict: output column(s) {clash} already exist in the DataFrame; "
+                             "pass output_cols=[...].")
+    except BaseException:
+        bc.destroy()
+        raise
 
     def predict_batch(rb: pa.RecordBatch, cols: list[str]) -> list[Any]:
         if rb.num_rows == 0:
             return [pa.array([], type=typ) for typ in types]
-        outs = run_predict(_cached_runner(bc), Feed(table_to_part(rb, cols, [])["x"]), batch_size)
+        outs = run_predict(cached_runner(bc), Feed(table_to_part(rb, cols, [])["x"]), batch_size)
         return [_arrow_column(arr[:, 0] if sq else arr, typ)
                 for arr, typ, sq in zip(outs, types, squeeze, strict=True)]
 
@@ -192,11 +220,10 @@ def predict_spark_shards(runner_cls: Any, spec: dict[str, Any], state: Any, shar
                          threads: int) -> Any:
     """Predict a Spark-backed XShards on the executors; returns a Spark-backed XShards."""
     rdd = shards.rdd
-    bc = rdd.context.broadcast(cloudpickle.dumps(
-        {"runner_cls": runner_cls, "spec": spec, "state": state, "threads": threads}))
+    bc = broadcast_runner(rdd.context, runner_cls, spec, state, threads)
 
     def task(items: Iterator[Any]) -> Iterator[Any]:
-        runner = _cached_runner(bc)
+        runner = cached_runner(bc)
         for shard in items:
             part = shard_to_part(shard, feature_cols, None)
             outs = run_predict(runner, Feed(part["x"]), batch_size)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import hashlib
 import json
 import traceback
 from collections.abc import Iterator
@@ -232,19 +233,18 @@ class SparkWorkerGroup:
     # ------------------------------------------------------------ evaluate
     def evaluate(self, state: Any, source: DataSource, batch_size: int, metrics: Any) -> list[dict[str, Any]]:
         """Per-partition evaluation states (merged by the caller)."""
-        bc = self.spark().sparkContext.broadcast(cloudpickle.dumps(
-            {"runner_cls": self.runner_cls, "spec": self.spec, "state": state, "threads": self.threads}))
+        bc = broadcast_runner(self.spark().sparkContext, self.runner_cls, self.spec, state, self.threads)
         local_bs = max(1, batch_size // self.num_workers)
 
         def evaluate_parts(parts: list[Part]) -> bytes:
-            runner = _cached_runner(bc)
+            runner = cached_runner(bc)
             return cloudpickle.dumps(evaluate_feed(runner, Feed.concat(parts).batches(local_bs), make_metrics(metrics)))
 
         if source.kind == "creator":  # one task reads the whole loader
             creator = source.obj
 
             def evaluate_creator(_: Any) -> list[bytes]:
-                runner = _cached_runner(bc)
+                runner = cached_runner(bc)
                 batches = runner.native_batches(creator, batch_size, training=False)
                 return [cloudpickle.dumps(evaluate_feed(runner, batches, make_metrics(metrics)))]
 
@@ -282,11 +282,10 @@ class SparkWorkerGroup:
     # -------------------------------------------------------------- predict
     def predict_local(self, state: Any, source: DataSource, batch_size: int) -> list[np.ndarray]:
         """Predict in-process data on the executors; outputs in input order."""
-        bc = self.spark().sparkContext.broadcast(cloudpickle.dumps(
-            {"runner_cls": self.runner_cls, "spec": self.spec, "state": state, "threads": self.threads}))
+        bc = broadcast_runner(self.spark().sparkContext, self.runner_cls, self.spec, state, self.threads)
 
         def predict_parts(parts: list[Part]) -> bytes:
-            runner = _cached_runner(bc)
+            runner = cached_runner(bc)
             return cloudpickle.dumps(run_predict(runner, Feed.concat(parts), batch_size))
 
         try:
@@ -331,18 +330,42 @@ def _tagged_parts_rdd(spark: Any, source: DataSource, tag: int, need_labels: boo
     raise TypeError(f"the spark backend cannot read {source.kind} data here; pass a DataFrame or an XShards.")
 
 
-_RUNNERS: dict[tuple[int, int], tuple[bytes, Any]] = {}
+#: runners built on this Python worker, newest last, keyed by the digest of what built them
+_RUNNERS: dict[bytes, Any] = {}
+_RUNNERS_KEPT = 2
 
 
-def _cached_runner(bc: Any) -> Any:
-    """Build the runner once per Python worker and broadcast (reused across partitions)."""
-    blob = bc.value
-    key = (id(blob), len(blob))
-    hit = _RUNNERS.get(key)
-    if hit is not None:
-        return hit[1]
-    job = cloudpickle.loads(blob)
-    runner = solo_runner(job["runner_cls"], job["spec"], job["state"], job["threads"])
-    _RUNNERS.clear()
-    _RUNNERS[key] = (blob, runner)  # holding blob keeps its id from being reused
+def broadcast_runner(sc: Any, runner_cls: type, spec: dict[str, Any], state: Any, threads: int) -> Any:
+    """Broadcast what an executor needs to build a runner, with a digest of those bytes.
+
+    The digest lets a Python worker keep the runner it built across calls (not only across the
+    partitions of one call): a model predicted again with the same weights is not rebuilt, nor
+    recompiled (OpenVINO, TF), on every worker. Any change of class, spec, state or threads
+    changes the bytes, hence the digest.
+    """
+    blob = cloudpickle.dumps({"runner_cls": runner_cls, "spec": spec, "state": state, "threads": threads})
+    return sc.broadcast((runner_digest(blob), blob))
+
+
+def runner_digest(blob: bytes) -> bytes:
+    """The cache key of a pickled runner job."""
+    return hashlib.blake2b(blob, digest_size=16).digest()
+
+
+def cached_runner(bc: Any) -> Any:
+    """This Python worker's runner for the job in ``bc`` (from :func:`broadcast_runner`), built once.
+
+    The last two are kept (a fit's evaluation and a prediction may alternate); an older one
+    is shut down.
+    """
+    digest, blob = bc.value
+    runner = _RUNNERS.pop(digest, None)
+    if runner is None:
+        job = cloudpickle.loads(blob)
+        runner = solo_runner(job["runner_cls"], job["spec"], job["state"], job["threads"])
+        while len(_RUNNERS) >= _RUNNERS_KEPT:
+            old = _RUNNERS.pop(next(iter(_RUNNERS)))
+            with contextlib.suppress(Exception):
+                old.shutdown()
+    _RUNNERS[digest] = runner  # newest last
     return runner
