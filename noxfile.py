@@ -270,20 +270,21 @@ def bench(session: nox.Session) -> None:
     _runtime_env(session)
     session.run("python", "benchmarks/run.py", *session.posargs)
     if not any(a.startswith("--parts") for a in session.posargs):
-        # issue #4's allreduce benchmark (orca.core.sync vs gloo) writes results/allreduce.json itself
+        # issue #4's allreduce benchmark (orca.core.sync vs gloo) writes results/sync.json itself
         quick = ["--quick"] if "--quick" in session.posargs else []
-        session.run("timeout", "1200", "python", "benchmarks/allreduce.py", *quick, external=True)
+        session.run("timeout", "1200", "python", "benchmarks/allreduce.py", *quick, external=True)  # -> sync.json
     for follow in ("bench_tf", "bench_openvino", "bench_report"):
         session.notify(follow, posargs=session.posargs)
 
 
 @nox.session(python=PYTHON)
 def bench_tf(session: nox.Session) -> None:
-    """TF2/Keras benchmarks in the tf environment's packages: benchmarks/tf_fit.py (Orca tf vs plain
-    model.fit) and benchmarks/tf_peers.py (Ray Train's TensorflowTrainer)."""
+    """TF2/Keras benchmarks in the tf environment's packages: benchmarks/tf_peers.py, which runs
+    benchmarks/tf_fit.py (Orca tf vs plain model.fit) and Ray Train's TensorflowTrainer."""
     _install_framework(session, "orca-tf", "tensorflow-cpu==2.21.0", *BENCH_PEERS)
     _runtime_env(session)
-    session.run("python", "benchmarks/run_part.py", "tf", "tf_fit", "tf_peers", *session.posargs)
+    # tf_peers.py runs tf_fit.py's measurements too (once: its Orca 2x1 rate is also the peer row's)
+    session.run("python", "benchmarks/run_part.py", "tf", "tf_peers", *session.posargs)
 
 
 @nox.session(python=PYTHON)

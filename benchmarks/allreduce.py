@@ -5,13 +5,12 @@ for each buffer size they alternate the two (so load changes hit both alike) and
 median time per allreduce. Throughput per worker is buffer bytes / time (the "algorithm
 bandwidth"). Target: >= 0.8 of gloo for buffers of 4 MB and more (issue #4).
 
-    python benchmarks/allreduce.py [--quick]     (torch environment; writes results/allreduce.json)
+    python benchmarks/allreduce.py [--quick]     (torch environment; writes results/sync.json)
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import multiprocessing as mp
 import os
 import statistics
@@ -19,6 +18,8 @@ import sys
 import time
 from pathlib import Path
 from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 MB = 1 << 20
 SIZES_MB = {True: [1, 4, 16, 64], False: [1, 4, 16, 64, 256]}
@@ -99,16 +100,19 @@ def run(quick: bool) -> list[dict[str, Any]]:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from harness import loadavg, write_part
+
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--quick", action="store_true")
     a = p.parse_args(argv)
+    started, load = time.perf_counter(), loadavg()
     rows = run(a.quick)
     print(f"{'comparison':<58} {'orca MB/s':>10} {'gloo MB/s':>10} {'ratio':>6}  target")
     for r in rows:
         print(f"{r['name']:<58} {r['value']:>10} {r['reference']:>10} {r['ratio']:>6}  {r['target']} {r['note']}")
-    out = Path(__file__).resolve().parent / "results" / "allreduce.json"
-    out.parent.mkdir(exist_ok=True)
-    out.write_text(json.dumps({"rows": rows}, indent=1))
+    settings = {"quick": a.quick, "sizes_mb": SIZES_MB[a.quick], "workers": WORLDS[a.quick],
+                "repeats": 3 if a.quick else 7}
+    print(f"wrote {write_part('sync', rows, settings, None, started, load)}")
     return 0
 
 

@@ -21,6 +21,13 @@ def make_model(config: dict | None = None) -> nn.Module:
                          nn.Linear(HIDDEN, CLASSES))
 
 
+def make_model_one_thread(config: dict | None = None) -> nn.Module:
+    """:func:`make_model` in a worker held to 1 intra-op thread (the quick run's 1x1 configuration,
+    which shares a 2-core context with the 2x1 ones; the runner sets its threads before this runs)."""
+    torch.set_num_threads(1)
+    return make_model(config)
+
+
 def make_optimizer(model: nn.Module, config: dict | None = None) -> torch.optim.Optimizer:
     return torch.optim.SGD(model.parameters(), lr=LR, momentum=MOMENTUM)
 

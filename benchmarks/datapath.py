@@ -36,11 +36,16 @@ WIDTH = 784
 BATCH = 128
 
 
+def make_x(rows: int) -> tuple[np.ndarray, np.random.Generator]:
+    """The benchmark's feature rows (fixed seed), and the generator to draw labels from."""
+    rng = np.random.default_rng(0)
+    return rng.standard_normal((rows, WIDTH), dtype=np.float32), rng
+
+
 def make_df(spark: Any, rows: int, parts: int = 2) -> Any:
     import pyarrow as pa
 
-    rng = np.random.default_rng(0)
-    x = rng.standard_normal((rows, WIDTH), dtype=np.float32)
+    x, rng = make_x(rows)
     offsets = pa.array(np.arange(0, rows * WIDTH + 1, WIDTH, dtype=np.int32))
     feats = pa.ListArray.from_arrays(offsets, pa.array(x.reshape(-1)))
     table = pa.table({"features": feats, "label": pa.array(rng.integers(0, 10, rows))})

@@ -78,7 +78,7 @@ def build_cnn() -> Any:
 
 
 #: model name -> (builder, row shape, rows in a quick run, rows in a full run)
-MODELS = {"mlp": (build_model, (FEATURES,), 20_000, 200_000), "cnn": (build_cnn, IMAGE, 1_000, 4_000)}
+MODELS = {"mlp": (build_model, (FEATURES,), 10_000, 200_000), "cnn": (build_cnn, IMAGE, 600, 4_000)}
 
 
 def _timed(fn: Any, repeats: int) -> float:

@@ -43,7 +43,7 @@ def _log(msg: str) -> None:
 
 
 def run_data(quick: bool) -> tuple[list[dict], dict, dict]:
-    s = {"rows": 2048 if quick else 8192, "scales": [1, 16] if quick else [1, 4, 16], "repeats": 1 if quick else 5,
+    s = {"rows": 2048 if quick else 8192, "scales": [1, 4] if quick else [1, 4, 16], "repeats": 1 if quick else 5,
          "columns": "features array<float>[784], label long; 2 partitions; cached", "batch_size": datapath.BATCH}
     _log(f"  data path: {s['rows']} rows x {s['scales']}, {s['repeats']} repeats ...")
     res = run_child("datapath.py", ["--rows", str(s["rows"]), "--scales", ",".join(map(str, s["scales"])),
@@ -53,7 +53,7 @@ def run_data(quick: bool) -> tuple[list[dict], dict, dict]:
 
 
 def run_inference(quick: bool) -> tuple[list[dict], dict, dict]:
-    s = {"rows": 4096 if quick else 16384, "scales": [1, 16] if quick else [1, 4, 16], "repeats": 1 if quick else 5,
+    s = {"rows": 4096 if quick else 16384, "scales": [1, 4] if quick else [1, 4, 16], "repeats": 1 if quick else 5,
          "batch_size": inference.BATCH, "model": "MLP 784-512-512-10, eval, 1 thread per worker, 2 workers"}
     _log(f"  inference: {s['rows']} rows x {s['scales']}, {s['repeats']} repeats ...")
     res = run_child("inference.py", ["--rows", str(s["rows"]), "--scales", ",".join(map(str, s["scales"])),

@@ -47,19 +47,39 @@ def model_creator(config: dict[str, Any]) -> Any:
     return model
 
 
+EPOCHS = 4  # per measured fit; the first epoch of each is left out (tracing, warm-up)
+
+
+def _steady(rows: int, epoch_times: list[float]) -> float:
+    """Samples/s of the median epoch after the first."""
+    import statistics
+
+    return rows / statistics.median(epoch_times[1:])
+
+
 def _plain(x: np.ndarray, y: np.ndarray, threads: int) -> float:
+    import keras
     import tensorflow as tf
 
     tf.config.threading.set_intra_op_parallelism_threads(threads)
     tf.config.threading.set_inter_op_parallelism_threads(1)
     model = model_creator({})
-    model.fit(x, y, batch_size=BATCH, epochs=1, verbose=0, shuffle=True)
-    t0 = time.perf_counter()
-    model.fit(x, y, batch_size=BATCH, epochs=1, verbose=0, shuffle=True)
-    return len(x) / (time.perf_counter() - t0)
+    times: list[float] = []
+
+    class EpochTimer(keras.callbacks.Callback):
+        def on_epoch_begin(self, epoch: int, logs: Any = None) -> None:
+            self.t0 = time.perf_counter()
+
+        def on_epoch_end(self, epoch: int, logs: Any = None) -> None:
+            times.append(time.perf_counter() - self.t0)
+
+    model.fit(x, y, batch_size=BATCH, epochs=EPOCHS, verbose=0, shuffle=True, callbacks=[EpochTimer()])
+    return _steady(len(x), times)
 
 
-def _orca(x: np.ndarray, y: np.ndarray, workers: int, cores: int, backend: str = "ray") -> float:
+def _orca(x: np.ndarray, y: np.ndarray, cores: int, configs: list[tuple[str, int]]) -> list[float]:
+    """Samples/s of Orca for each ``(backend, workers)`` in ``configs``, in one context of ``cores``:
+    steady-state epochs of one fit, as History's ``epoch_time_s`` reports them."""
     import cloudpickle
 
     from orca.core import init_orca_context, stop_orca_context
@@ -68,41 +88,49 @@ def _orca(x: np.ndarray, y: np.ndarray, workers: int, cores: int, backend: str =
     # the workers cannot import this script: ship model_creator by value
     cloudpickle.register_pickle_by_value(sys.modules[__name__])
     init_orca_context(cluster_mode="local", cores=cores, memory="2g")
+    rates = []
     try:
-        est = Estimator.from_keras(model_creator=model_creator, backend=backend, workers_per_node=workers,
-                                   verbose=0)
-        est.fit((x, y), epochs=1, batch_size=BATCH)
-        t0 = time.perf_counter()
-        est.fit((x, y), epochs=1, batch_size=BATCH)
-        rate = len(x) / (time.perf_counter() - t0)
-        est.shutdown()
-        return rate
+        for backend, workers in configs:
+            est = Estimator.from_keras(model_creator=model_creator, backend=backend, workers_per_node=workers,
+                                       verbose=0)
+            hist = est.fit((x, y), epochs=EPOCHS, batch_size=BATCH)
+            rates.append(_steady(len(x), hist.history["epoch_time_s"]))
+            est.shutdown()
+        return rates
     finally:
         stop_orca_context()
 
 
-def _child(kind: str, rows: int, workers: int, cores: int, backend: str = "ray") -> float:
-    """Each measurement in a fresh interpreter: TF's thread settings are fixed at its first op."""
+def _child(code: str, rows: int) -> list[float]:
+    """Run ``code`` (which prints ``RATE`` lines) in a fresh interpreter with ``x, y`` of ``rows``:
+    TF's thread settings are fixed at its first op."""
     import subprocess
 
-    code = (f"import sys; sys.path.insert(0, {str(HERE)!r}); import tf_fit as b; "
-            f"x, y = b._data({rows}); "
-            f"print('RATE', b._plain(x, y, {cores}) if {kind!r} == 'plain' else b._orca(x, y, {workers}, {cores}, {backend!r}))")
+    code = f"import sys; sys.path.insert(0, {str(HERE)!r}); import tf_fit as b; x, y = b._data({rows}); " + code
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=900, env=env)
-    for line in out.stdout.splitlines():
-        if line.startswith("RATE "):
-            return float(line.split()[1])
-    raise RuntimeError(f"benchmark child failed:\n{out.stdout[-2000:]}\n{out.stderr[-4000:]}")
+    rates = [float(line.split()[1]) for line in out.stdout.splitlines() if line.startswith("RATE ")]
+    if not rates:
+        raise RuntimeError(f"benchmark child failed:\n{out.stdout[-2000:]}\n{out.stderr[-4000:]}")
+    return rates
 
 
-def run(quick: bool) -> list[dict[str, Any]]:
-    """Measure and return rows ``{name, value, unit, ratio, target}``."""
+def measure(quick: bool) -> dict[str, float]:
+    """Samples/s of plain ``model.fit`` (1 thread) and of Orca 1x1, 2x1 (ray) and 2x1 (bigdl).
+
+    Two processes: plain ``model.fit`` and Orca 1x1 share one with 1 core (the Orca worker is a
+    Ray actor of its own), the two 2x1 configurations one with 2 cores.
+    """
     rows = 4096 if quick else 32768
-    plain1 = _child("plain", rows, 1, 1)
-    orca1 = _child("orca", rows, 1, 1)
-    orca2 = _child("orca", rows, 2, 2)
-    bigdl2 = _child("orca", rows, 2, 2, "bigdl")
+    plain1, orca1 = _child("print('RATE', b._plain(x, y, 1)); print('RATE', b._orca(x, y, 1, [('ray', 1)])[0])",
+                           rows)
+    orca2, bigdl2 = _child("[print('RATE', r) for r in b._orca(x, y, 2, [('ray', 2), ('bigdl', 2)])]", rows)
+    return {"plain1": plain1, "orca1": orca1, "orca2": orca2, "bigdl2": bigdl2}
+
+
+def rows_from(rates: dict[str, float]) -> list[dict[str, Any]]:
+    """The comparison rows of :func:`measure`'s rates."""
+    plain1, orca1, orca2, bigdl2 = (rates[k] for k in ("plain1", "orca1", "orca2", "bigdl2"))
     return [
         {"name": "plain_fit (1 thread)", "value": round(plain1, 1), "unit": "samples/s", "ratio": 1.0,
          "target": None},
@@ -113,6 +141,11 @@ def run(quick: bool) -> list[dict[str, Any]]:
         {"name": "orca_fit_2w bigdl backend (2x1 thread, orca.core.sync) efficiency", "value": round(bigdl2, 1),
          "unit": "samples/s", "ratio": round(bigdl2 / (2 * orca1), 3), "target": 0.9},
     ]
+
+
+def run(quick: bool) -> list[dict[str, Any]]:
+    """Measure and return rows ``{name, value, unit, ratio, target}``."""
+    return rows_from(measure(quick))
 
 
 def main() -> None:

@@ -182,20 +182,26 @@ def trainer_fit(rows: int, epochs: int, workers: int = 2) -> dict:
 
 
 def run(quick: bool) -> list[dict]:
-    """Rows: Orca tf 2x1 against TensorflowTrainer 2x1 (when tf_fit.py is there), TensorflowTrainer
-    2x1 against plain model.fit (1 thread), and the trainer's start-up."""
+    """Rows: tf_fit.py's (Orca tf against plain model.fit), Orca tf 2x1 against TensorflowTrainer 2x1
+    (when tf_fit.py is there), TensorflowTrainer 2x1 against plain model.fit (1 thread), and the
+    trainer's start-up."""
     rows, epochs = (4096, 3) if quick else (32768, 5)
     tf_fit = _tf_fit()
     orca2, orca2_error = None, None
-    if tf_fit is not None:  # the same measurement tf_fit.py makes, in this run, next to the peer
+    out: list[dict] = []
+    if tf_fit is not None:  # tf_fit.py's measurements, in this run, next to the peer's
         try:
-            orca2 = tf_fit._child("orca", rows, 2, 2)
+            rates = tf_fit.measure(quick)
+            orca2 = rates["orca2"]
+            out += tf_fit.rows_from(rates)
         except Exception as exc:  # noqa: BLE001 - shown as n/a with the reason
             orca2_error = f"{type(exc).__name__}: {str(exc)[:200]}"
+            out.append({"name": "benchmarks/tf_fit.py", "value": None, "unit": "", "ratio": None, "target": "-",
+                        "note": orca2_error})
     plain = plain_fit(rows, epochs)
     plain_sps = statistics.median(rows / t for t in plain[1:])
-    out = [{"name": "plain model.fit, 1 process x 1 thread (reference), samples/s", "value": plain_sps,
-            "unit": "samples/s", "ratio": None, "target": None}]
+    out.append({"name": "plain model.fit, 1 process x 1 thread (reference), samples/s", "value": plain_sps,
+                "unit": "samples/s", "ratio": None, "target": None})
     try:
         tr = trainer_fit(rows, epochs)
     except Exception as exc:  # noqa: BLE001 - the peer's failure is a finding for the table, not a crash
