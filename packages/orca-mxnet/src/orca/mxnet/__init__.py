@@ -1,20 +1,14 @@
-"""Orca for MXNet models: not built yet.
+"""Orca for MXNet: ``from orca.mxnet import Estimator, create_config``.
 
-This distribution (``orca-mxnet``) reserves the ``orca.mxnet`` namespace. The planned public API is
-``Estimator.from_mxnet(...)`` in the reference Orca shape; until it lands, importing any of it raises an
-``ImportError`` that says so, rather than handing out a half-working stand-in.
-
->>> from orca.mxnet import Estimator  # doctest: +SKIP
-Traceback (most recent call last):
-ImportError: orca.mxnet.Estimator is not implemented yet; ...
+``Estimator.from_mxnet(config=create_config(...), model_creator=..., loss_creator=...)`` trains
+a Gluon model data-parallel on Ray actors (the default, as in the reference) or Spark barrier
+tasks, with the gradients all-reduced by Orca's parameter sync (:mod:`orca.core.sync`).
 """
 
-from __future__ import annotations
-
-from orca.core._planned import planned_getattr
+from orca.core.engine.callbacks import Callback, EarlyStopping, ModelCheckpoint
+from orca.mxnet.estimator import Estimator, create_config
+from orca.mxnet.runner import KVInfo
 
 __version__ = "0.1.0"
-__all__: list[str] = []
 
-# Names this package will export once built; asking for one now is a clear ImportError (PEP 562).
-__getattr__ = planned_getattr("orca.mxnet", {"Estimator", "create_config"}, "no issue tracks it yet")
+__all__ = ["Callback", "EarlyStopping", "Estimator", "KVInfo", "ModelCheckpoint", "__version__", "create_config"]

@@ -1,0 +1,354 @@
+"""MXNetRunner: one worker's Gluon model, loss, trainer and metrics.
+
+Each step runs the forward and backward pass of the local share of the global batch, then
+all-reduces the flat gradient through :mod:`orca.core.sync` and lets a local
+``gluon.Trainer`` apply it, so every replica takes the same step and ends it with the same
+weights. The trainer is built without a kvstore: the sync layer is the transport (no DMLC
+scheduler or parameter servers to start, and a lost worker fails its peers within the
+timeout instead of blocking them forever, as ``dist_sync`` would).
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+import mxnet as mx
+from mxnet import autograd, gluon
+from orca.core.engine.feed import Batch
+from orca.core.engine.runner import Collective, Rendezvous, Runner
+
+
+@dataclass(frozen=True)
+class KVInfo:
+    """What a data creator ``f(config, kv)`` learns of its worker, as the reference's kvstore told it:
+    ``kv.num_workers`` and ``kv.rank`` (read your shard: ``ImageRecordIter(num_parts=kv.num_workers,
+    part_index=kv.rank)``)."""
+
+    num_workers: int
+    rank: int
+
+
+def named_params(model: gluon.Block) -> dict[str, Any]:
+    """The model's parameters under structural names (``"0.weight"``), as ``save_parameters`` writes
+    them: unlike ``collect_params()``'s keys, they do not change from one model instance to the next."""
+    return dict(model._collect_params_with_prefix())
+
+
+def _outputs(out: Any) -> list[Any]:
+    return list(out) if isinstance(out, (list, tuple)) else [out]
+
+
+def _metric_list(metric: Any) -> list[Any]:
+    """The leaves of a metric spec: an EvalMetric, a CompositeEvalMetric, a list of them, or None."""
+    if metric is None:
+        return []
+    if isinstance(metric, (list, tuple)):
+        return [m for item in metric for m in _metric_list(item)]
+    if isinstance(metric, mx.metric.CompositeEvalMetric):
+        return list(metric.metrics)
+    if isinstance(metric, mx.metric.EvalMetric):
+        return [metric]
+    if isinstance(metric, str):
+        return [mx.metric.create(metric)]
+    raise TypeError(f"metrics must be mxnet.metric.EvalMetric objects or names, got {type(metric).__name__}.")
+
+
+class MXNetRunner(Runner):
+    """Runs a Gluon ``Block`` in one Orca worker."""
+
+    group: Any = None
+
+    def setup(self, rendezvous: Rendezvous) -> None:
+        super().setup(rendezvous)
+        self.world, self.rank = rendezvous.world_size, rendezvous.rank
+        threads = str(max(1, int(self.spec.get("threads", 1))))
+        os.environ["OMP_NUM_THREADS"] = threads  # read by MXNet's engine for new operators
+        os.environ["MXNET_CPU_WORKER_NTHREADS"] = threads
+        seed = self.config.get("seed", self.spec.get("seed", 0))  # the same initial weights on every rank
+        if seed is not None:
+            mx.random.seed(int(seed))
+            np.random.seed(int(seed))
+        creator = self.spec["model_creator"]
+        self.model = creator(self.config)
+        if not isinstance(self.model, gluon.Block):
+            raise TypeError(f"model_creator returned {type(self.model).__name__}; return a mxnet.gluon.Block "
+                            "(e.g. a gluon.nn.HybridSequential).")
+        params = self.model.collect_params()
+        if any(p._data is None and not p._deferred_init for p in params.values()):
+            # parameters the creator did not initialize (shapes may still be deferred to the first batch)
+            params.initialize(mx.init.Xavier(), ctx=mx.cpu())
+        loss_creator = self.spec.get("loss_creator")
+        self.loss_fn = loss_creator(self.config) if loss_creator is not None else None
+        self.train_metrics = _metric_list(self._create(self.spec.get("eval_metrics_creator")))
+        self.val_metrics = _metric_list(self._create(self.spec.get("validation_metrics_creator"))) \
+            or _metric_list(self._create(self.spec.get("eval_metrics_creator")))
+        self.trainer: gluon.Trainer | None = None
+        self._synced = False
+        if self.world > 1:
+            from orca.core.sync import SyncGroup
+
+            self.group = SyncGroup.from_rendezvous(rendezvous, timeout_s=float(self.spec.get("timeout_s", 600)))
+
+    def _create(self, creator: Any) -> Any:
+        return creator(self.config) if callable(creator) else creator
+
+    def shutdown(self) -> None:
+        if self.group is not None:
+            self.group.close()
+            self.group = None
+
+    def collective(self) -> Collective | None:
+        return self.group
+
+    # ------------------------------------------------------------ sync
+    def _params(self) -> list[Any]:
+        return list(named_params(self.model).values())
+
+    def _ensure_ready(self, x: list[Any]) -> None:
+        """Finish deferred initialization with a forward pass, then give every rank rank 0's weights."""
+        if any(p._data is None for p in self._params()):
+            self.model(*x)
+        if self._synced:
+            return
+        self._synced = True
+        if self.group is None:
+            return
+        params = self._params()
+        flat = np.concatenate([p.data().asnumpy().reshape(-1).astype(np.float64) for p in params]) \
+            if params else np.zeros(0)
+        self.group.broadcast(flat)
+        offset = 0
+        for p in params:
+            n = int(np.prod(p.shape))
+            p.set_data(mx.nd.array(flat[offset:offset + n].reshape(p.shape), dtype=p.dtype))
+            offset += n
+
+    def _trainer(self) -> gluon.Trainer:
+        if self.trainer is None:
+            optimizer = self.config.get("optimizer", "sgd")
+            opt_params = dict(self.config.get("optimizer_params") or {"learning_rate": 0.01})
+            self.trainer = gluon.Trainer(self.model.collect_params(), optimizer, opt_params, kvstore=None)
+        return self.trainer
+
+    def _inputs(self, arrays: list[np.ndarray]) -> list[Any]:
+        return [mx.nd.array(a, dtype=a.dtype if a.dtype.kind == "f" else np.float32) for a in arrays]
+
+    def _loss(self, out: Any, y: list[Any]) -> Any:
+        if self.loss_fn is None:
+            raise ValueError("no loss_creator was given to from_mxnet; it is needed to train and evaluate.")
+        target = y[0] if len(y) == 1 else y
+        first = _outputs(out)[0]
+        if len(y) == 1 and first.ndim == target.ndim + 1 and first.shape[-1] == 1:
+            target = target.reshape((-1, 1))  # (n, 1) outputs against (n,) targets
+        try:
+            return self.loss_fn(out, target)
+        except mx.base.MXNetError as exc:
+            raise ValueError(f"the loss {type(self.loss_fn).__name__} failed on outputs of shape "
+                             f"{[o.shape for o in _outputs(out)]} and labels of shape "
+                             f"{[t.shape for t in y]}: {str(exc).splitlines()[0]}") from None
+
+    def _forward(self, x: list[Any]) -> Any:
+        try:
+            return self.model(*x)
+        except mx.base.MXNetError as exc:
+            raise ValueError(f"the model's forward failed on input shape(s) {[a.shape for a in x]}: "
+                             f"{str(exc).splitlines()[0]}") from None
+
+    # ------------------------------------------------------------ steps
+    def train_batch(self, batch: Batch) -> float:
+        params = self._params()
+        value = 0.0
+        if batch.size > 0:
+            x, y = self._inputs(batch.x), self._inputs(batch.y)
+            self._ensure_ready(x)
+            with autograd.record():
+                out = self._forward(x)
+                loss = self._loss(out, y)
+                scaled = loss.mean() * float(batch.weight)
+            scaled.backward()
+            value = float(loss.mean().asscalar())
+            for m in self.train_metrics:
+                m.update(y, _outputs(out))
+        else:
+            self._ensure_ready_without_data()
+            for p in params:
+                if p.grad_req != "null":
+                    p.zero_grad()  # no rows this step: contribute nothing to the mean
+        trainer = self._trainer()
+        if self.group is not None:
+            grads = [p.grad() for p in params if p.grad_req != "null"]
+            flat = np.concatenate([g.asnumpy().reshape(-1) for g in grads]).astype(np.float32) if grads \
+                else np.zeros(0, np.float32)
+            self.group.allreduce(flat, op="mean")
+            offset = 0
+            for g in grads:
+                n = int(np.prod(g.shape))
+                g[:] = mx.nd.array(flat[offset:offset + n].reshape(g.shape), dtype=g.dtype)
+                offset += n
+        for p in params:  # written by the all-reduce (or zeroed), not by this rank's backward: still fresh
+            if p.grad_req != "null":
+                p.data()._fresh_grad = True
+        trainer.step(1)
+        return value
+
+    def _ensure_ready_without_data(self) -> None:
+        """A rank whose first step has no rows still takes part in the weight broadcast; its
+        parameters must have shapes, so the creator's model must not defer them then."""
+        if any(p._data is None for p in self._params()):
+            raise ValueError("this worker got no rows before the model's parameter shapes were known; give the "
+                             "first layers explicit in_units/in_channels, or more rows per worker.")
+        if not self._synced:
+            self._ensure_ready([])
+
+    def eval_batch(self, batch: Batch) -> tuple[float, list[np.ndarray]]:
+        x, y = self._inputs(batch.x), self._inputs(batch.y)
+        if any(p._data is None for p in self._params()):
+            self.model(*x)
+        out = self._forward(x)
+        loss = float(self._loss(out, y).mean().asscalar()) if self.loss_fn is not None else float("nan")
+        for m in self.val_metrics:
+            m.update(y, _outputs(out))
+        return loss, [o.asnumpy() for o in _outputs(out)]
+
+    def predict_batch(self, batch: Batch) -> list[np.ndarray]:
+        x = self._inputs(batch.x)
+        if any(p._data is None for p in self._params()):
+            self.model(*x)
+        return [o.asnumpy() for o in _outputs(self._forward(x))]
+
+    # ------------------------------------------------------------ metrics
+    def metric_states(self) -> Any:
+        """Sum and count of every Gluon metric since the last call (train and validation), then reset."""
+        metrics = self.train_metrics + [m for m in self.val_metrics if m not in self.train_metrics]
+        if not metrics:
+            return None
+        states = []
+        for m in metrics:
+            names, _ = m.get()
+            states.append((m.name, float(m.sum_metric), int(m.num_inst)))
+            m.reset()
+        return states
+
+    def merge_metric_states(self, states: list[Any]) -> dict[str, float]:
+        totals: dict[str, list[float]] = {}
+        for worker in states:
+            for name, total, count in worker or []:
+                acc = totals.setdefault(name, [0.0, 0.0])
+                acc[0] += total
+                acc[1] += count
+        return {name: (s / c if c else float("nan")) for name, (s, c) in totals.items()}
+
+    # ------------------------------------------------------------ native loaders
+    def native_batches(self, creator: Any, batch_size: int, training: bool) -> Iterable[Batch]:
+        """Batches of ``creator(config, kv)``: an ``mx.io.DataIter`` or a ``gluon.data.DataLoader``
+        (or any iterable of ``(x, y)``), read for this rank as the creator shards it.
+
+        Every rank must take the same number of steps: the epoch's batches are read first, the
+        ranks exchange their batch sizes, and ranks that have fewer take empty steps, so uneven
+        shards never hang the all-reduce; each step's loss is the mean over that step's global
+        batch, as with the other inputs.
+        """
+        data = creator(self.config, KVInfo(self.world, self.rank))
+        batches = list(self._iterate(data))
+        sizes = [b.size for b in batches]
+        every = self.group.allgather(sizes) if self.group is not None else [sizes]
+        steps = max(len(s) for s in every)
+        for i in range(steps):
+            global_rows = sum(s[i] for s in every if i < len(s))
+            if i < len(batches) and batches[i].size > 0:
+                b = batches[i]
+                # as the lock-step feed weighs a step: the mean of the all-reduce is the global batch's mean
+                weight = b.size * self.world / global_rows if training else 1.0
+                yield Batch(x=b.x, y=b.y, size=b.size, weight=weight, global_size=global_rows)
+            else:
+                yield Batch(x=[], y=[], size=0, weight=0.0, global_size=global_rows)
+
+    def _iterate(self, data: Any) -> Iterator[Batch]:
+        if isinstance(data, mx.io.DataIter):
+            data.reset()
+            for db in data:
+                n = db.data[0].shape[0] - int(db.pad or 0)
+                x = [a.asnumpy()[:n] for a in db.data]
+                y = [a.asnumpy()[:n] for a in (db.label or [])]
+                yield Batch(x=x, y=y, size=n, weight=1.0, global_size=n)
+            return
+        for item in data:
+            items = list(item) if isinstance(item, (list, tuple)) else [item]
+            arrays = [a.asnumpy() if isinstance(a, mx.nd.NDArray) else np.asarray(a) for a in items]
+            x, y = (arrays[:-1], arrays[-1:]) if len(arrays) > 1 else (arrays, [])
+            yield Batch(x=x, y=y, size=len(arrays[0]), weight=1.0, global_size=len(arrays[0]))
+
+    # ------------------------------------------------------------ state
+    def weights(self) -> list[np.ndarray]:
+        return [p.data().asnumpy() for p in self._params() if p._data is not None]
+
+    def get_state(self) -> dict[str, Any]:
+        state: dict[str, Any] = {"params": {name: p.data().asnumpy() for name, p in named_params(self.model).items()
+                                            if p._data is not None}}
+        if self.trainer is not None and self.trainer._optimizer is not None:
+            with tempfile.TemporaryDirectory() as tmp:
+                path = os.path.join(tmp, "trainer.states")
+                self.trainer.save_states(path)
+                with open(path, "rb") as fh:
+                    state["trainer"] = fh.read()
+        return state
+
+    def set_state(self, state: dict[str, Any]) -> None:
+        params = named_params(self.model)
+        saved = state.get("params") or {}
+        unknown = sorted(set(saved) - set(params))
+        missing = sorted(set(params) - set(saved))
+        if unknown or missing:
+            raise ValueError(f"the saved parameters do not fit the model: not in the model {unknown[:5]}, "
+                             f"not in the file {missing[:5]}; load them into the same architecture.")
+        for name, value in saved.items():
+            p = params[name]
+            if p._data is None:  # a deferred shape: take the saved one
+                p.shape = value.shape
+                if p._deferred_init:
+                    p._finish_deferred_init()
+                else:
+                    p.initialize(ctx=mx.cpu())
+            if tuple(p.shape) != tuple(value.shape):
+                raise ValueError(f"parameter {name!r} has shape {tuple(p.shape)} in the model and "
+                                 f"{tuple(value.shape)} in the saved state.")
+            p.set_data(mx.nd.array(value, dtype=value.dtype))
+        self._synced = True  # every rank gets the same state: nothing to broadcast
+        if state.get("trainer"):
+            trainer = self._trainer()
+            with tempfile.TemporaryDirectory() as tmp:
+                path = os.path.join(tmp, "trainer.states")
+                with open(path, "wb") as fh:
+                    fh.write(state["trainer"])
+                trainer.load_states(path)
+
+
+def params_bytes(params: dict[str, np.ndarray]) -> bytes:
+    """The MXNet ``.params`` file of ``params`` (what ``net.save_parameters`` writes)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        path = os.path.join(tmp, "model.params")
+        mx.nd.save(path, {k: mx.nd.array(v, dtype=v.dtype) for k, v in params.items()})
+        with open(path, "rb") as fh:
+            return fh.read()
+
+
+def params_from_bytes(blob: bytes) -> dict[str, np.ndarray]:
+    """The parameters of an MXNet ``.params`` file (from ``save_parameters`` or :func:`params_bytes`)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        path = os.path.join(tmp, "model.params")
+        with open(path, "wb") as fh:
+            fh.write(blob)
+        try:
+            loaded = mx.nd.load(path)
+        except mx.base.MXNetError as exc:
+            raise ValueError(f"not an MXNet parameters file: {str(exc).splitlines()[0]}") from None
+    if not isinstance(loaded, dict):
+        raise ValueError("the file holds a list of arrays, not named parameters; write it with save_parameters.")
+    # files of the older save_params carry "arg:" / "aux:" prefixes
+    return {k.split(":", 1)[-1]: v.asnumpy() for k, v in loaded.items()}
