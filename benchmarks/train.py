@@ -20,7 +20,7 @@ TIMEOUT_S = 900
 
 def settings(quick: bool) -> dict[str, Any]:
     return {"rows": 1024 if quick else 4096, "scales": [1, 4] if quick else [1, 4, 16], "epochs": 3 if quick else 4,
-            "rounds": 1 if quick else 2, "repeats": 1 if quick else 2, "batch_size": 128, "workers": 2,
+            "rounds": 1 if quick else 3, "repeats": 1, "batch_size": 128, "workers": 2,
             "one_worker_backends": ["ray"] if quick else ["ray", "spark"], "ddp_reference": not quick,
             "model": "MLP 784-512-512-10, SGD lr 0.01 momentum 0.9, global batch 128",
             "threads_per_worker": 1}
@@ -117,6 +117,10 @@ def rows_from(raw: dict[str, list[dict]], s: dict) -> list[dict]:
             rows.append(row("training", f"{name} vs {peer}, samples/s", speed.get((name, 1)), "samples/s",
                             ratio(speed.get((name, 1)), speed.get((peer, 1))), ">= 1.0",
                             reference=speed.get((peer, 1)), note=note))
+    # issue #4: the bigdl backend's sync (orca.core.sync) against the ray backend's (gloo)
+    bigdl, ray = speed.get(("orca-bigdl 2x1", 1)), speed.get(("orca-ray 2x1", 1))
+    rows.append(row("training", "orca-bigdl 2x1 vs orca-ray 2x1 (orca.core.sync vs gloo), samples/s", bigdl,
+                    "samples/s", ratio(bigdl, ray), "-", reference=ray))
     for name in (f"{p} 2x1" for p in PEERS):
         rows.append(row("training", f"{name} (reference), samples/s", speed.get((name, 1)), "samples/s",
                         note=notes.get(name)))
