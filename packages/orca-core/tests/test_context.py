@@ -306,3 +306,22 @@ def test_context_that_fails_to_start_leaves_nothing_behind() -> None:
 def test_barrier_waits_are_bounded_by_the_worker_timeout(orca_context):
     conf = orca_context.spark_session().sparkContext.getConf()
     assert conf.get("spark.barrier.sync.timeout") == f"{int(orca_context.settings.worker_timeout_s)}s"
+
+
+def test_registered_jars_join_spark_jars_and_missing_ones_are_refused(tmp_path):
+    from orca.core import context as ctx_mod
+
+    jar = tmp_path / "engine.jar"
+    jar.write_bytes(b"PK")
+    try:
+        ctx_mod.register_spark_jars("test-fw", [str(jar)])
+        entries = {"spark.jars": "/opt/other.jar"}
+        ctx_mod._add_registered_jars(entries)
+        assert entries["spark.jars"] == f"/opt/other.jar,{jar}"
+        assert "spark.driver.extraClassPath" not in entries  # never ahead of Spark's own jars
+        ctx_mod._add_registered_jars(entries)
+        assert entries["spark.jars"].count(str(jar)) == 1
+        with pytest.raises(FileNotFoundError, match="missing.jar"):
+            ctx_mod.register_spark_jars("test-fw", [str(tmp_path / "missing.jar")])
+    finally:
+        ctx_mod._REGISTERED_JARS.pop("test-fw", None)

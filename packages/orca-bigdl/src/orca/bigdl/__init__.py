@@ -1,20 +1,16 @@
-"""Orca for BigDL models: not built yet.
+"""Orca for BigDL (dllib 2.4): ``from orca.bigdl import Estimator``; ``Estimator.from_bigdl(model=...)``.
 
-This distribution (``orca-bigdl``) reserves the ``orca.bigdl`` namespace. The planned public API is
-``Estimator.from_bigdl(...)`` in the reference Orca shape; until it lands, importing any of it raises an
-``ImportError`` that says so, rather than handing out a half-working stand-in.
-
->>> from orca.bigdl import Estimator  # doctest: +SKIP
-Traceback (most recent call last):
-ImportError: orca.bigdl.Estimator is not implemented yet; ...
+Importing this package puts BigDL's jars on every Spark session Orca starts afterwards: import
+it before ``init_orca_context()``.
 """
 
-from __future__ import annotations
-
-from orca.core._planned import planned_getattr
+from orca.bigdl._engine import _warn_if_started_without_jars, bigdl_jars
+from orca.bigdl.estimator import Estimator
+from orca.core.context import register_spark_jars
 
 __version__ = "0.1.0"
-__all__: list[str] = []
 
-# Names this package will export once built; asking for one now is a clear ImportError (PEP 562).
-__getattr__ = planned_getattr("orca.bigdl", {"Estimator"}, "no issue tracks it yet")
+register_spark_jars("orca.bigdl", bigdl_jars())
+_warn_if_started_without_jars()
+
+__all__ = ["Estimator", "__version__"]

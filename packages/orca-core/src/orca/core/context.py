@@ -15,6 +15,7 @@ import shutil
 import sys
 import tempfile
 import threading
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -157,6 +158,7 @@ class OrcaContext:
         entries = build_spark_conf(
             self.cluster_mode, self.cores, self.memory, self.num_nodes, self.conf, **self._spark_options()
         )
+        _add_registered_jars(entries)
         if "spark.barrier.sync.timeout" not in self.conf and self.cluster_mode != "spark-submit":
             # a barrier allGather otherwise waits up to a year for a stuck peer
             entries["spark.barrier.sync.timeout"] = f"{max(1, int(self.settings.worker_timeout_s))}s"
@@ -296,6 +298,42 @@ class OrcaContext:
             if self._ray_temp_dir:
                 shutil.rmtree(self._ray_temp_dir, ignore_errors=True)
                 self._ray_temp_dir = None
+
+
+#: jars that framework packages need on every Spark session Orca starts, by package
+_REGISTERED_JARS: dict[str, tuple[str, ...]] = {}
+
+
+def register_spark_jars(owner: str, jars: Sequence[str]) -> None:
+    """Put ``jars`` on the class path of every Spark session Orca starts from now on.
+
+    For a framework package whose engine runs in the JVM (orca-bigdl registers BigDL's jars
+    when it is imported). A session that is already running is not changed: the package
+    should check for its classes and say to restart the context.
+
+    Args:
+        owner: the registering package (a second call from it replaces its jars).
+        jars: local paths of the jar files.
+
+    Raises:
+        FileNotFoundError: a jar does not exist.
+    """
+    missing = [j for j in jars if not os.path.isfile(j)]
+    if missing:
+        raise FileNotFoundError(f"{owner}: jar(s) not found: {missing}")
+    with _lock:
+        _REGISTERED_JARS[owner] = tuple(jars)
+
+
+def _add_registered_jars(entries: dict[str, str]) -> None:
+    """Append the registered jars to ``spark.jars``: the driver loads them and the executors fetch
+    them. Not to ``spark.driver.extraClassPath``, which goes *before* Spark's own jars: a fat jar
+    there (BigDL's bundles an old log4j) would shadow Spark's classes."""
+    jars = [j for owned in _REGISTERED_JARS.values() for j in owned]
+    if not jars:
+        return
+    have = [p for p in entries.get("spark.jars", "").split(",") if p]
+    entries["spark.jars"] = ",".join(have + [j for j in jars if j not in have])
 
 
 def _venv_bin_on_path() -> None:

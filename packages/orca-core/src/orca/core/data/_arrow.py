@@ -10,8 +10,19 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 
-
 # ---------------------------------------------------------------------- DataFrame -> shards
+
+
+def _arrow_schema(df: Any) -> Any:
+    """The Arrow schema of ``df`` as Spark sends it (Spark 4 takes the session time zone; 3.5 does not)."""
+    from pyspark.sql.pandas.types import to_arrow_schema
+
+    try:
+        return to_arrow_schema(df.schema, timezone=df.sparkSession.conf.get("spark.sql.session.timeZone"))
+    except TypeError:  # Spark 3.5 (the bigdl session's)
+        return to_arrow_schema(df.schema)
+
+
 def spark_df_to_pandas_rdd(df: Any) -> Any:
     """An RDD with one pandas DataFrame per partition of ``df``.
 
@@ -26,16 +37,12 @@ def spark_df_to_pandas_rdd(df: Any) -> Any:
         return spark_df_to_pandas_rdd_map_in_arrow(df)
     from pyspark import RDD
     from pyspark.serializers import NoOpSerializer
-    from pyspark.sql.pandas.types import to_arrow_schema
-
-    spark = df.sparkSession
-    tz = spark.conf.get("spark.sql.session.timeZone")
-    schema = to_arrow_schema(df.schema, timezone=tz)
+    schema = _arrow_schema(df)
     try:
         jrdd = jdf.toArrowBatchRdd().toJavaRDD()
     except Exception:  # noqa: BLE001 - a JVM without the (internal) method: the public route
         return spark_df_to_pandas_rdd_map_in_arrow(df)
-    batches: Any = RDD(jrdd, spark.sparkContext, NoOpSerializer())
+    batches: Any = RDD(jrdd, df.sparkSession.sparkContext, NoOpSerializer())
     return batches.mapPartitions(lambda it: [_batches_to_pandas(schema, it)], preservesPartitioning=True)
 
 
@@ -50,9 +57,7 @@ def spark_df_to_pandas_rdd_map_in_arrow(df: Any) -> Any:
     Kept to compare: it pays one more JVM round trip (the pickled frame goes back through
     the JVM as a binary cell before reaching the RDD).
     """
-    from pyspark.sql.pandas.types import to_arrow_schema
-
-    schema = to_arrow_schema(df.schema, timezone=df.sparkSession.conf.get("spark.sql.session.timeZone"))
+    schema = _arrow_schema(df)
 
     def to_blob(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         got = list(batches)

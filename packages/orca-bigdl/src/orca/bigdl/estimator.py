@@ -1,0 +1,428 @@
+"""The BigDL Estimator: ``Estimator.from_bigdl(model=..., loss=..., optimizer=...)``.
+
+BigDL trains in the JVM with its own data-parallel engine (its ``DistriOptimizer`` keeps the
+replicas in step with BigDL's AllReduceParameter, the design :mod:`orca.core.sync` follows for
+Python frameworks), so this Estimator drives BigDL's ``NNEstimator`` on a Spark DataFrame rather
+than orca-core's Python workers. The inputs, the checks and the shape of the results are
+orca-core's: the same data types as every Orca Estimator, ``fit`` returning a History with
+``train_loss`` (and ``val_*``) per epoch, ``evaluate`` a flat dict, ``predict`` the container it
+was given.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from orca.bigdl._engine import ensure_engine, quiet
+from orca.core.engine.adapters import DataSource, get_data_source
+from orca.core.engine.errors import NotFittedError
+from orca.core.engine.history import History
+
+#: metric names -> BigDL validation method class names (in bigdl.dllib.optim.optimizer)
+_METRICS = {"accuracy": "Top1Accuracy", "top1accuracy": "Top1Accuracy", "top5accuracy": "Top5Accuracy"}
+#: BigDL's names for its validation methods (summary tags, evaluate results) -> Orca's metric names
+_NAMES = {"Top1Accuracy": "accuracy", "Top5Accuracy": "top5accuracy", "MAE": "mae", "Loss": "loss"}
+FEATURES, LABEL = "__orca_features", "__orca_label"
+
+
+def _metric_name(method: Any) -> str:
+    name = type(method).__name__
+    return _NAMES.get(name, name.lower())
+
+
+class Estimator:
+    """Distributed training and inference of a BigDL (dllib) model on Spark.
+
+    Create it with :meth:`from_bigdl`; then ``fit``, ``evaluate``, ``predict``, ``save``,
+    ``load``, ``get_model``.
+    """
+
+    def __init__(self, *, model: Any, loss: Any, optimizer: Any, metrics: list[Any],
+                 feature_preprocessing: Any, label_preprocessing: Any, model_dir: str | None) -> None:
+        self.model = model
+        self.loss = loss
+        self.optimizer = optimizer
+        self.metrics = metrics
+        self.feature_preprocessing = feature_preprocessing
+        self.label_preprocessing = label_preprocessing
+        self.model_dir = model_dir
+        self._epoch = 0
+
+    @classmethod
+    def from_bigdl(
+        cls,
+        *,
+        model: Any,
+        loss: Any = None,
+        optimizer: Any = None,
+        metrics: str | Any | Sequence[str | Any] | None = None,
+        feature_preprocessing: Any = None,
+        label_preprocessing: Any = None,
+        model_dir: str | None = None,
+    ) -> Estimator:
+        """Build an Estimator from a BigDL model (the reference's arguments, as written).
+
+        Args:
+            model: a ``bigdl.dllib`` model (``Sequential().add(Linear(2, 2))``, a Keras-style
+                dllib model, or one loaded with ``Model.loadModel``).
+            loss: a BigDL criterion (``MSECriterion()``, ``ClassNLLCriterion()``...). Needed to
+                train and evaluate.
+            optimizer: a BigDL optim method (``Adam()``, ``SGD(learningrate=0.1)``); default SGD.
+                It keeps its state (moments, step count) from one ``fit`` to the next.
+            metrics: ``"accuracy"``, ``"top5accuracy"`` or BigDL validation methods
+                (``Top1Accuracy()``...), reported by ``fit`` on validation data and by ``evaluate``.
+            feature_preprocessing: a BigDL Preprocessing or the feature tensor size (list of ints)
+                to turn each row's features into the model's input (default: one flat tensor).
+            label_preprocessing: the same for labels.
+            model_dir: where ``checkpoint_trigger`` writes BigDL checkpoints.
+
+        Returns:
+            The Estimator (nothing starts until ``fit``/``predict``).
+
+        Raises:
+            TypeError: ``model``, ``loss`` or ``optimizer`` is not a BigDL object.
+            ValueError: an unknown metric name.
+        """
+        from bigdl.dllib.nn.layer import Layer
+
+        if not isinstance(model, Layer):
+            raise TypeError(f"model must be a bigdl.dllib model (e.g. Sequential().add(Linear(2, 2))), got "
+                            f"{type(model).__name__}.")
+        if loss is not None and type(loss).__module__.split(".")[0] != "bigdl":
+            raise TypeError(f"loss must be a BigDL criterion (e.g. MSECriterion()), got {type(loss).__name__}.")
+        if optimizer is not None and type(optimizer).__module__.split(".")[0] != "bigdl":
+            raise TypeError(f"optimizer must be a BigDL optim method (e.g. Adam()), got {type(optimizer).__name__}.")
+        return cls(model=model, loss=loss, optimizer=optimizer, metrics=_validation_methods(metrics),
+                   feature_preprocessing=feature_preprocessing, label_preprocessing=label_preprocessing,
+                   model_dir=model_dir)
+
+    # ------------------------------------------------------------ data
+    def _dataframe(self, data: Any, feature_cols: Any, label_cols: Any, need_labels: bool, arg: str) -> Any:
+        """``data`` as a DataFrame with one feature column and (with labels) one label column."""
+        from orca.core.context import OrcaContext
+
+        src = get_data_source(data, feature_cols=feature_cols, label_cols=label_cols, need_labels=need_labels,
+                              arg=arg, allow_creator=False)
+        spark = OrcaContext.get_spark_session()
+        if src.kind == "dataframe":
+            return _assemble(src.obj, list(src.feature_cols or []), list(src.label_cols or []) if need_labels else [])
+        if src.kind == "local":
+            return _arrays_to_df(spark, src, need_labels)
+        if src.kind == "xshards":
+            df = src.obj.to_spark_df()
+            fcols = list(src.feature_cols or ["x"])
+            lcols = list(src.label_cols or ["y"]) if need_labels else []
+            return _assemble(df, fcols, lcols)
+        raise TypeError(f"{arg}: {src.kind} data is not supported by the BigDL Estimator; pass a Spark DataFrame, "
+                        "an XShards or numpy arrays.")
+
+    def _check_batch_size(self, batch_size: int, sc: Any) -> None:
+        if not isinstance(batch_size, int) or batch_size < 1:
+            raise ValueError(f"batch_size must be a positive int, got {batch_size!r}.")
+        cores = int(sc.defaultParallelism)
+        if batch_size % cores:
+            fix = (batch_size // cores + 1) * cores
+            raise ValueError(f"batch_size={batch_size} must be a multiple of the {cores} cores BigDL trains on "
+                             f"(nodes x cores per node); use {fix}.")
+
+    # ------------------------------------------------------------ fit
+    def fit(
+        self,
+        data: Any,
+        epochs: int = 1,
+        batch_size: int = 32,
+        feature_cols: str | Sequence[str] | None = None,
+        label_cols: str | Sequence[str] | None = None,
+        caching_sample: bool = True,
+        validation_data: Any = None,
+        validation_trigger: Any = None,
+        checkpoint_trigger: Any = None,
+    ) -> History:
+        """Train for ``epochs`` more epochs on ``data`` with BigDL's distributed optimizer.
+
+        Args:
+            data: a Spark DataFrame (with ``feature_cols`` / ``label_cols``), an XShards of
+                ``{"x", "y"}`` dicts, or numpy ``(x, y)``.
+            epochs: epochs to train in this call.
+            batch_size: the global batch; BigDL needs a multiple of its total cores.
+            feature_cols: feature column(s): one array/Vector column, or several numeric or
+                array columns (concatenated into one tensor per row).
+            label_cols: the label column(s).
+            caching_sample: cache the converted samples (BigDL's ``setCachingSample``).
+            validation_data: data to evaluate the loss and metrics on (same forms as ``data``).
+            validation_trigger: when to validate (a BigDL trigger); default every epoch.
+            checkpoint_trigger: when to write a BigDL checkpoint into ``model_dir``.
+
+        Returns:
+            A History: ``train_loss`` (the mean of the epoch's iterations) and, with validation
+            data, ``val_loss`` and ``val_<metric>`` per epoch; ``num_samples`` per epoch.
+
+        Raises:
+            ValueError: bad columns, an empty DataFrame, a batch size BigDL cannot split, no
+                loss, or ``checkpoint_trigger`` without ``model_dir``.
+            TypeError: an unsupported data type.
+        """
+        from bigdl.dllib.nnframes import NNEstimator
+        from bigdl.dllib.optim.optimizer import SGD, EveryEpoch, Loss, TrainSummary, ValidationSummary
+
+        if self.loss is None:
+            raise ValueError("no loss was given to from_bigdl(loss=...); it is needed to train.")
+        if not isinstance(epochs, int) or epochs < 1:
+            raise ValueError(f"epochs must be a positive int, got {epochs!r}.")
+        if checkpoint_trigger is not None and not self.model_dir:
+            raise ValueError("checkpoint_trigger needs model_dir=... in from_bigdl (where checkpoints go).")
+        df = self._dataframe(data, feature_cols, label_cols, True, "data")
+        val_df = (self._dataframe(validation_data, feature_cols, label_cols, True, "validation_data")
+                  if validation_data is not None else None)
+        sc = ensure_engine()
+        self._check_batch_size(batch_size, sc)
+        rows = df.count()
+        if rows == 0:
+            raise ValueError("data: the DataFrame is empty; fit needs at least one row.")
+        logs = tempfile.mkdtemp(prefix="orca-bigdl-")
+        try:
+            with quiet():
+                if self.optimizer is None:
+                    self.optimizer = SGD()
+                est = NNEstimator(self.model, self.loss, self.feature_preprocessing, self.label_preprocessing)
+                est.setFeaturesCol(FEATURES).setLabelCol(LABEL).setBatchSize(batch_size)
+                # the optim method counts epochs in its state across fits: train up to this many in all
+                est.setMaxEpoch(self._epoch + epochs).setOptimMethod(self.optimizer)
+                est.setCachingSample(caching_sample)
+                train_summary = TrainSummary(log_dir=logs, app_name="orca")
+                est.setTrainSummary(train_summary)
+                val_summary = None
+                if val_df is not None:
+                    val_summary = ValidationSummary(log_dir=logs, app_name="orca")
+                    est.setValidationSummary(val_summary)
+                    est.setValidation(validation_trigger or EveryEpoch(), val_df,
+                                      [Loss(self.loss), *self.metrics], batch_size)
+                if checkpoint_trigger is not None:
+                    est.setCheckpoint(self.model_dir, checkpoint_trigger, isOverWrite=False)
+            try:
+                with quiet():
+                    est.fit(df)
+            except Exception as exc:  # py4j errors carry the JVM's trace: name the cause on top
+                raise RuntimeError(f"BigDL's training failed: {_java_cause(exc)}") from exc
+            history = self._history(train_summary, val_summary, epochs, rows)
+        finally:
+            shutil.rmtree(logs, ignore_errors=True)
+        self._epoch += epochs
+        return history
+
+    def _history(self, train_summary: Any, val_summary: Any, epochs: int, rows: int) -> History:
+        losses = [float(r[1]) for r in train_summary.read_scalar("Loss")]
+        per = max(1, len(losses) // epochs)
+        stats = []
+        for e in range(epochs):
+            chunk = losses[e * per:(e + 1) * per] if e < epochs - 1 else losses[e * per:]
+            loss = float(np.mean(chunk)) if chunk else float("nan")
+            stats.append({"epoch": self._epoch + e + 1, "num_samples": rows, "train_loss": loss, "loss": loss})
+        if val_summary is not None:
+            for tag in ["Loss", *{type(m).__name__ for m in self.metrics}]:
+                values = [float(r[1]) for r in val_summary.read_scalar(tag)]
+                name = "val_" + _NAMES.get(tag, tag.lower())
+                for e, value in enumerate(values[-epochs:]):  # one record per validation (every epoch by default)
+                    stats[len(stats) - len(values[-epochs:]) + e][name] = value
+        return History(stats)
+
+    # ------------------------------------------------------------ evaluate / predict
+    def evaluate(self, data: Any, batch_size: int = 32, feature_cols: str | Sequence[str] | None = None,
+                 label_cols: str | Sequence[str] | None = None) -> dict[str, float]:
+        """The loss and metrics over ``data``, computed by BigDL on the executors.
+
+        Returns:
+            ``{"val_loss": ..., "val_<metric>": ..., "num_samples": N}``.
+        """
+        from bigdl.dllib.optim.optimizer import Loss
+
+        if self.loss is None:
+            raise ValueError("no loss was given to from_bigdl(loss=...); it is needed to evaluate.")
+        df = self._dataframe(data, feature_cols, label_cols, True, "data")
+        sc = ensure_engine()
+        self._check_batch_size(batch_size, sc)
+        samples = df.rdd.map(_to_sample)
+        with quiet():
+            methods = [Loss(self.loss), *self.metrics]
+            results = self.model.evaluate(samples, batch_size, methods)
+        out: dict[str, float] = {}
+        for method, result in zip(methods, results, strict=True):
+            out[f"val_{_metric_name(method)}"] = float(result.result)
+        out["num_samples"] = int(results[0].total_num)  # the loss counts rows (some methods count batches)
+        return out
+
+    def predict(self, data: Any, batch_size: int = 32, feature_cols: str | Sequence[str] | None = None) -> Any:
+        """Predict ``data`` on the executors; the result has the input's container type.
+
+        Returns:
+            A DataFrame with a ``prediction`` (array) column added; an ndarray for numpy input;
+            an XShards whose shards gain ``prediction`` for an XShards.
+        """
+        from bigdl.dllib.nnframes import NNModel
+
+        src = get_data_source(data, feature_cols=feature_cols, need_labels=False, arg="data", allow_creator=False)
+        ensure_engine()
+        if not isinstance(batch_size, int) or batch_size < 1:
+            raise ValueError(f"batch_size must be a positive int, got {batch_size!r}.")
+        with quiet():
+            nn_model = NNModel(self.model, self.feature_preprocessing).setBatchSize(batch_size)
+            nn_model.setFeaturesCol(FEATURES).setPredictionCol("prediction")
+        if src.kind == "dataframe":
+            df = src.obj
+            assembled = _assemble(df, list(src.feature_cols or []), [], keep=True)
+            return nn_model.transform(assembled).drop(FEATURES)
+        from orca.core.context import OrcaContext
+
+        if src.kind == "local":
+            df = _arrays_to_df(OrcaContext.get_spark_session(), src, False, with_index=True)
+            out = nn_model.transform(df).orderBy("__orca_index").select("prediction").toPandas()
+            return np.stack(out["prediction"].to_numpy()).astype(np.float32)
+        if src.kind == "xshards":
+            from orca.core.data import XShards
+
+            shards = src.obj
+            dicts = bool(shards._first_map(lambda shard: isinstance(shard, dict)))
+            fcols = list(src.feature_cols or ["x"])
+            out = nn_model.transform(_assemble(shards.to_spark_df(), fcols, [], keep=True)).drop(FEATURES)
+            result = XShards.from_spark_df(out)
+            return result.transform_shard(_pandas_to_dict) if dicts else result
+        raise TypeError(f"data: {src.kind} data is not supported by predict; pass a Spark DataFrame, an XShards "
+                        "or a numpy array.")
+
+    # ------------------------------------------------------------ model I/O
+    def get_model(self) -> Any:
+        """The BigDL model (trained in place by ``fit``)."""
+        return self.model
+
+    def save(self, path: str) -> str:
+        """Write the model in BigDL's own format (``Model.loadModel(path)`` opens it); ``path`` local.
+
+        Returns:
+            ``path``.
+        """
+        ensure_engine()
+        with quiet():
+            self.model.saveModel(path, over_write=True)
+        return path
+
+    def load(self, path: str) -> None:
+        """Replace the model with one written by :meth:`save` (or BigDL's ``saveModel``).
+
+        Raises:
+            FileNotFoundError: ``path`` does not exist.
+        """
+        from bigdl.dllib.nn.layer import Model
+
+        if not os.path.exists(path):
+            raise FileNotFoundError(f"no saved model at {path!r}.")
+        ensure_engine()
+        with quiet():
+            self.model = Model.loadModel(path)
+
+    def load_orca_checkpoint(self, path: str) -> None:
+        """Load the newest BigDL checkpoint (``model.<iteration>``) under ``path`` (a ``model_dir``)."""
+        from bigdl.dllib.nn.layer import Model
+
+        found = []
+        for root, _dirs, files in os.walk(path):
+            found += [os.path.join(root, f) for f in files if f.startswith("model.") and f[6:].isdigit()]
+        if not found:
+            raise NotFittedError(f"no BigDL checkpoint (model.<iteration>) under {path!r}.")
+        newest = max(found, key=lambda f: int(os.path.basename(f)[6:]))
+        ensure_engine()
+        with quiet():
+            self.model = Model.loadModel(newest)
+
+    def shutdown(self) -> None:
+        """Nothing to stop: BigDL's engine lives with the Spark session (``stop_orca_context``)."""
+
+
+# ---------------------------------------------------------------- helpers
+def _validation_methods(metrics: Any) -> list[Any]:
+    import bigdl.dllib.optim.optimizer as optim
+
+    if metrics is None:
+        return []
+    items = [metrics] if isinstance(metrics, str) or not isinstance(metrics, (list, tuple)) else list(metrics)
+    out = []
+    for m in items:
+        if isinstance(m, str):
+            if m.lower() not in _METRICS:
+                raise ValueError(f"metrics: unknown metric {m!r}; use {sorted(_METRICS)} or BigDL validation "
+                                 "methods (bigdl.dllib.optim.optimizer.Top1Accuracy()...).")
+            with quiet():
+                out.append(getattr(optim, _METRICS[m.lower()])())
+        elif type(m).__module__.split(".")[0] == "bigdl":
+            out.append(m)
+        else:
+            raise TypeError(f"metrics: {type(m).__name__} is not a metric name or a BigDL validation method.")
+    return out
+
+
+def _assemble(df: Any, fcols: list[str], lcols: list[str], keep: bool = False) -> Any:
+    """One float array column of features (and one of labels): several numeric, array or Vector
+    columns are concatenated per row, in the order given."""
+    from pyspark.sql import functions as F
+
+    def as_array(col: str) -> Any:
+        typ = type(df.schema[col].dataType).__name__
+        if typ == "VectorUDT":
+            from pyspark.ml.functions import vector_to_array
+
+            return vector_to_array(F.col(col)).cast("array<float>")
+        if typ == "ArrayType":
+            return F.col(col).cast("array<float>")
+        return F.array(F.col(col).cast("float"))
+
+    def combine(cols: list[str]) -> Any:
+        return as_array(cols[0]) if len(cols) == 1 else F.concat(*[as_array(c) for c in cols])
+
+    extra = [combine(fcols).alias(FEATURES)]
+    if lcols:
+        extra.append(combine(lcols).alias(LABEL))
+    return df.select("*", *extra) if keep else df.select(*extra)
+
+
+def _arrays_to_df(spark: Any, src: DataSource, need_labels: bool, with_index: bool = False) -> Any:
+    import pandas as pd
+
+    parts = src.obj
+    x = np.concatenate([np.concatenate([np.asarray(a).reshape(len(a), -1) for a in p["x"]], 1) for p in parts])
+    frame: dict[str, Any] = {FEATURES: list(x.astype(np.float32))}
+    if need_labels:
+        y = np.concatenate([np.concatenate([np.asarray(a).reshape(len(a), -1) for a in p["y"]], 1) for p in parts])
+        frame[LABEL] = list(y.astype(np.float32))
+    if with_index:
+        frame["__orca_index"] = np.arange(len(x))
+    schema = f"{FEATURES} array<float>" + (f", {LABEL} array<float>" if need_labels else "") + \
+        (", __orca_index long" if with_index else "")
+    return spark.createDataFrame(pd.DataFrame(frame), schema=schema)
+
+
+def _pandas_to_dict(frame: Any) -> dict[str, np.ndarray]:
+    """A pandas shard back to a dict of arrays (array columns stacked into 2-D arrays)."""
+    out = {}
+    for col in frame.columns:
+        values = frame[col].to_numpy()
+        out[col] = np.stack(values) if values.dtype == object and len(values) else values
+    return out
+
+
+def _to_sample(row: Any) -> Any:
+    from bigdl.dllib.utils.common import Sample
+
+    return Sample.from_ndarray(np.asarray(row[FEATURES], np.float32), np.asarray(row[LABEL], np.float32))
+
+
+def _java_cause(exc: BaseException) -> str:
+    text = str(exc)
+    for line in text.splitlines():
+        if "Exception:" in line or "Error:" in line:
+            return line.strip()
+    return text.splitlines()[0] if text else type(exc).__name__
