@@ -133,6 +133,8 @@ def main() -> None:
             del x
             methods = {"orca": lambda df=df: orca_predict(est, df), "predict_batch_udf": lambda df=df: udf_run(df),
                        "ray-data": lambda ds=ds: ray_predict(ds, state_ref)}
+            if a.repeats == 1 and res["scales"]:  # the quick run: Ray Data (actors start per call) at x1 only
+                del methods["ray-data"]
             times: dict[str, list[float]] = {m: [] for m in methods}
             first: dict[str, float] = {}
             if not res["scales"]:  # the first call (workers, actors start); later scales find them warm
@@ -172,7 +174,7 @@ def rows_from(res: dict) -> list[dict]:
                            ratio(v["orca"], v["ray-data"]), ">= 1.0", reference=v["ray-data"]))
             for m, t in sc["first_call_s"].items():
                 out.append(row("startup", f"inference {m}: first call (workers/actors start), s", t, "s"))
-        for m in ("orca", "predict_batch_udf", "ray-data"):
+        for m in (m for m in ("orca", "predict_batch_udf", "ray-data") if m in v):
             out.append(row("scale", f"inference {m}, rows/s (ratio: vs predict_batch_udf)", v[m], "rows/s",
                            ratio(v[m], v["predict_batch_udf"]), scale=int(s), rows=sc["rows"]))
     return out

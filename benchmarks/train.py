@@ -40,12 +40,13 @@ def measure(quick: bool, log: Any = print) -> tuple[list[dict], dict]:
         for b in ORCA:
             jobs.append((f"orca-{b} 2x1", "child.py", ["--backend", b, "--workers", "2"]))
     for p in PEERS:
-        jobs.append((f"{p} 2x1", "train_peers.py", ["--system", p, "--workers", "2"]))
+        # quick run: the peers at x1 only (their start-up is most of their time; x1 is what rows compare)
+        jobs.append((f"{p} 2x1", "train_peers.py", ["--system", p, "--workers", "2"] + (["--scales", "1"] if quick else [])))
     raw: dict[str, list[dict]] = {}
     for rep in range(s["repeats"]):
         for name, script, args in jobs:
             log(f"  [{rep + 1}/{s['repeats']}] training {name} ...")
-            res = run_child(script, args + common, TIMEOUT_S)
+            res = run_child(script, common + args, TIMEOUT_S)  # args last: they override common
             log(f"      {_brief(res)} ({res.get('process_s', 0):.0f} s)")
             if name == "orca 2x1":  # several backends in one process: split them up
                 for b in ORCA:
