@@ -76,14 +76,10 @@ def main() -> None:
     spark = ctx.spark_session()
     spark.sparkContext.setLogLevel("ERROR")
     context_s = time.perf_counter() - t
-    import pandas as pd
 
     def make_data(scale: int) -> tuple:
         x, y = common.synthetic(a.rows * scale)
-        df = spark.createDataFrame(pd.DataFrame({"features": list(x), "label": y}),
-                                   schema="features array<float>, label long").repartition(a.workers).cache()
-        df.count()
-        return x, y, df
+        return x, y, common.spark_df(spark, x, y, a.workers)
 
     out: dict = {}
     data: dict = {}

@@ -19,8 +19,8 @@ methods interleaved, median reported:
 
 from __future__ import annotations
 
-import json
 import os
+import shutil
 import statistics
 import sys
 import tempfile
@@ -130,16 +130,20 @@ class Petastorm:
         return n, convert_s
 
 
+#: the Spark settings this part needs (toPandas brings the x16 data to the driver)
+SPARK_CONF = {"spark.driver.maxResultSize": "4g"}
+
+
 def main() -> None:
-    from harness import child_args
+    from harness import scaled_child_main
 
-    a = child_args(default_rows=8192)
-    from orca.core import stop_orca_context
+    scaled_child_main(measure, default_rows=8192, conf=SPARK_CONF)
 
-    res: dict = {"rows": a.rows, "width": WIDTH, "bytes_per_row": WIDTH * 4 + 8, "repeats": a.repeats, "scales": {}}
-    from harness import local_spark
 
-    spark = local_spark({"spark.driver.maxResultSize": "4g"})
+def measure(spark: Any, base_rows: int, scales: list[int], repeats: int) -> dict:
+    """Every method at every scale on ``spark`` (a local Orca context's session); the raw result."""
+    res: dict = {"rows": base_rows, "width": WIDTH, "bytes_per_row": WIDTH * 4 + 8, "repeats": repeats,
+                 "scales": {}}
     tmp = tempfile.mkdtemp(prefix="orca-bench-petastorm-")
     try:
         try:
@@ -149,14 +153,14 @@ def main() -> None:
             res["petastorm_error"] = f"{type(exc).__name__}: {exc}"
         methods: dict[str, Any] = {"arrow-bare": bare_arrow, "orca": orca_path, "toPandas": to_pandas,
                                    "orca-with-validation": lambda df: orca_path(df, tag_filter=True)}
-        for s in [int(v) for v in a.scales.split(",")]:
-            rows = a.rows * s
+        for s in scales:
+            rows = base_rows * s
             df = make_df(spark, rows)
             times: dict[str, list[float]] = {m: [] for m in methods}
             extra: dict[str, list[float]] = {"petastorm": [], "petastorm_convert": []}
             for fn in methods.values():  # warm-up: Python workers started, code paths loaded
                 fn(df)
-            for _ in range(a.repeats):
+            for _ in range(repeats):
                 for m, fn in methods.items():
                     t = time.perf_counter()
                     n = fn(df)
@@ -176,9 +180,8 @@ def main() -> None:
                                      "median_s": {k: statistics.median(v) for k, v in times.items()}}
             df.unpersist()
     finally:
-        stop_orca_context()
-    with open(a.out, "w") as fh:
-        json.dump(res, fh, indent=1)
+        shutil.rmtree(tmp, ignore_errors=True)
+    return res
 
 
 def rows_from(res: dict) -> list[dict]:

@@ -112,6 +112,21 @@ def child_args(default_rows: int) -> Any:
     return p.parse_args()
 
 
+def scaled_child_main(measure: Any, default_rows: int, conf: dict[str, str] | None = None) -> None:
+    """The ``main`` of a scaled child benchmark: parse :func:`child_args`, run
+    ``measure(spark, rows, scales, repeats)`` in a fresh local Orca context, write its result to ``--out``."""
+    from orca.core import stop_orca_context
+
+    a = child_args(default_rows)
+    spark = local_spark(conf)
+    try:
+        res = measure(spark, a.rows, [int(v) for v in a.scales.split(",")], a.repeats)
+    finally:
+        stop_orca_context()
+    with open(a.out, "w") as fh:
+        json.dump(res, fh, indent=1)
+
+
 def local_spark(conf: dict[str, str] | None = None, cores: int = 2) -> Any:
     """A local Orca context (``local[cores]``, 4 GB driver for the x16 data) and its Spark session."""
     from orca.core import init_orca_context

@@ -16,7 +16,6 @@ calls, methods interleaved, median reported.
 
 from __future__ import annotations
 
-import json
 import os
 import statistics
 import sys
@@ -99,20 +98,22 @@ def ray_predict(ds: Any, state_ref: Any) -> int:
 
 
 def main() -> None:
-    from harness import child_args
+    from harness import scaled_child_main
 
-    a = child_args(default_rows=16384)
+    scaled_child_main(measure, default_rows=16384)
+
+
+def measure(spark: Any, base_rows: int, scales: list[int], repeats: int) -> dict:
+    """Every method at every scale on ``spark`` (a local Orca context's session; Ray is started
+    here, apart from Orca's); the raw result."""
     import pyarrow as pa
     import ray
     from datapath import make_df, make_x
-    from harness import local_spark
     from ray.data.extensions import ArrowTensorArray
 
-    from orca.core import stop_orca_context
     from orca.torch import Estimator
 
-    res: dict = {"rows": a.rows, "batch_size": BATCH, "repeats": a.repeats, "scales": {}}
-    spark = local_spark()
+    res: dict = {"rows": base_rows, "batch_size": BATCH, "repeats": repeats, "scales": {}}
     ray.init(num_cpus=2, include_dashboard=False, address="local", log_to_driver=False)
     try:
         from torch import nn
@@ -124,17 +125,16 @@ def main() -> None:
                                    use_tqdm=False)
         udf_run = make_udf_predict(state)
         state_ref = ray.put(state)
-        for s in [int(v) for v in a.scales.split(",")]:
-            rows = a.rows * s
+        for s in scales:
+            rows = base_rows * s
             df = make_df(spark, rows)
-            x = make_x(rows)[0]  # the same rows as the DataFrame's (no round trip through the driver)
-            ds = ray.data.from_arrow(pa.table({"features": ArrowTensorArray.from_numpy(x),
-                                               "label": pa.array(np.zeros(rows, np.int64))})).materialize()
-            del x
-            methods = {"orca": lambda df=df: orca_predict(est, df), "predict_batch_udf": lambda df=df: udf_run(df),
-                       "ray-data": lambda ds=ds: ray_predict(ds, state_ref)}
-            if a.repeats == 1 and res["scales"]:  # the quick run: Ray Data (actors start per call) at x1 only
-                del methods["ray-data"]
+            methods = {"orca": lambda df=df: orca_predict(est, df), "predict_batch_udf": lambda df=df: udf_run(df)}
+            if repeats > 1 or not res["scales"]:  # the quick run: Ray Data (actors start per call) at x1 only
+                x = make_x(rows)[0]  # the same rows as the DataFrame's (no round trip through the driver)
+                ds = ray.data.from_arrow(pa.table({"features": ArrowTensorArray.from_numpy(x),
+                                                   "label": pa.array(np.zeros(rows, np.int64))})).materialize()
+                del x
+                methods["ray-data"] = lambda ds=ds: ray_predict(ds, state_ref)
             times: dict[str, list[float]] = {m: [] for m in methods}
             first: dict[str, float] = {}
             if not res["scales"]:  # the first call (workers, actors start); later scales find them warm
@@ -142,7 +142,7 @@ def main() -> None:
                     t = time.perf_counter()
                     fn()
                     first[m] = time.perf_counter() - t
-            for _ in range(a.repeats):
+            for _ in range(repeats):
                 for m, fn in methods.items():
                     t = time.perf_counter()
                     fn()
@@ -152,9 +152,7 @@ def main() -> None:
             df.unpersist()
     finally:
         ray.shutdown()
-        stop_orca_context()
-    with open(a.out, "w") as fh:
-        json.dump(res, fh, indent=1)
+    return res
 
 
 def rows_from(res: dict) -> list[dict]:

@@ -87,7 +87,9 @@ def _orca(x: np.ndarray, y: np.ndarray, cores: int, configs: list[tuple[str, int
 
     # the workers cannot import this script: ship model_creator by value
     cloudpickle.register_pickle_by_value(sys.modules[__name__])
-    init_orca_context(cluster_mode="local", cores=cores, memory="2g")
+    # the ray backend on numpy data needs no Spark: a Ray-only context, as such a user would start
+    runtime = "ray" if all(b == "ray" for b, _ in configs) else "spark"
+    init_orca_context(cluster_mode="local", cores=cores, memory="2g", runtime=runtime)
     rates = []
     try:
         for backend, workers in configs:

@@ -125,3 +125,40 @@ def test_fit_without_optimizer_says_so(orca_context):
     est = Estimator.from_torch(model=LinearNet(), loss=nn.MSELoss(), backend="spark", workers_per_node=2)
     with pytest.raises(OrcaWorkerError, match="optimizer"):
         est.fit({"x": np.zeros((8, 4), np.float32), "y": np.zeros((8, 1), np.float32)}, batch_size=4)
+
+
+def test_ray_workers_start_while_the_data_moves_and_a_data_failure_ends_them(orca_context, frame, monkeypatch):
+    """On a cold start the ray backend launches its actors, moves the DataFrame into Ray meanwhile,
+    and only then waits for them. A row that fails to compute on the way ends the actors that
+    were only launched: the error reaches the driver and every CPU is free again."""
+    from pyspark.sql import functions as F
+    from pyspark.sql.types import ArrayType, FloatType
+
+    from orca.core.engine.ray_backend import RayWorkerGroup
+
+    staged_while_starting = []
+    slices = RayWorkerGroup.slices
+
+    def spy(group, source, need_labels):
+        if source is not None:
+            staged_while_starting.append(group._starting is not None)
+        return slices(group, source, need_labels)
+
+    monkeypatch.setattr(RayWorkerGroup, "slices", spy)
+    est = linear("ray")
+    est.fit(frame, batch_size=8, feature_cols=["x"], label_cols=["y"])
+    est.fit(frame, batch_size=8, feature_cols=["x"], label_cols=["y"])
+    assert staged_while_starting == [True, False]  # the first fit overlapped, the second found them up
+    est.shutdown()
+
+    def bad_row(x, y):
+        if y > 1.0:
+            raise ZeroDivisionError("row cannot be computed")
+        return [float(v) for v in x]
+
+    broken = frame.select(F.udf(bad_row, ArrayType(FloatType()))("x", "y").alias("x"), "y")
+    est = linear("ray")
+    with pytest.raises(Exception, match="row cannot be computed"):
+        est.fit(broken, batch_size=8, feature_cols=["x"], label_cols=["y"])
+    assert not est._ray.started
+    no_work_left("ray", orca_context)

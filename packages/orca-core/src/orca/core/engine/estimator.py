@@ -98,9 +98,9 @@ class BaseEstimator:
             self._ray = RayWorkerGroup(self.runner_cls, self.spec, self.num_workers, self._threads(),
                                        ctx.settings.worker_timeout_s)
         if not self._ray.started:
-            self._ray.start()
-            if self._state is not None:
-                self._ray.set_state(self._state)
+            # the actors start while the call that needs them stages its data; the group's
+            # methods wait for them (and load this state) before they use them
+            self._ray.launch(self._state)
         return self._ray
 
     def _prepare_ray_sources(self, *sources: DataSource | None) -> None:

@@ -251,6 +251,8 @@ class RayWorkerGroup:
         self.num_workers, self.cpus_per_worker, self.timeout_s = num_workers, cpus_per_worker, timeout_s
         self.actors: list[Any] = []
         self.store: Any = None
+        #: (address refs, state) of actors launched and not yet joined
+        self._starting: tuple[list[Any], Any] | None = None
         self._spark_put: list[Any] = []
 
     @property
@@ -259,9 +261,22 @@ class RayWorkerGroup:
         return bool(self.actors)
 
     def start(self) -> None:
-        """Start the actors and set up their process group (idempotent)."""
+        """Start the actors and set up their process group (idempotent); waits until they are up."""
+        self.launch()
+        self._join()
+
+    def launch(self, state: Any = None) -> bool:
+        """Begin starting the actors and return without waiting for them (idempotent).
+
+        Actors take seconds to start (a process each, the framework's import); the data calls
+        (``fit``, ``evaluate``, ``predict``) move their data into the object store meanwhile and
+        then wait. ``state`` is loaded into every actor once they are up.
+
+        Returns:
+            True when this call launched the actors, False when they were already there.
+        """
         if self.actors:
-            return
+            return False
         from orca.core.context import OrcaContext
 
         runtime = OrcaContext.current().ray_runtime()
@@ -288,17 +303,48 @@ class RayWorkerGroup:
         spec_blob = cloudpickle.dumps(self.spec)
         self.actors = [worker_cls.remote(self.runner_cls, spec_blob, self.cpus_per_worker)
                        for _ in range(self.num_workers)]
+        # every worker reserves a port: frameworks with a full cluster spec (TF_CONFIG) need them all
+        self._starting = ([a.address.remote() for a in self.actors], state)
+        return True
+
+    def _join(self) -> None:
+        """Wait for launched actors, then rendezvous them and load the launch state."""
+        if self._starting is None:
+            return
+        refs, state = self._starting
+        self._starting = None
         try:
-            # every worker reserves a port: frameworks with a full cluster spec (TF_CONFIG) need them all
-            addrs = self._get([a.address.remote() for a in self.actors], "start")
+            addrs = self._get(refs, "start")
             host, port, sync_port = addrs[0]
             extra = {"worker_addresses": [f"{h}:{p}" for h, p, _ in addrs], "sync_port": sync_port}
             rdvs = [Rendezvous(rank=r, world_size=self.num_workers, master_addr=host, master_port=port,
                                host=addrs[r][0], extra=extra) for r in range(self.num_workers)]
             self._get([a.setup.remote(rdv) for a, rdv in zip(self.actors, rdvs, strict=True)], "setup")
+            if state is not None:
+                self.set_state(state)
         except BaseException:
             self.shutdown()
             raise
+
+    def _staged(self, *sources: tuple[DataSource | None, bool]) -> list[tuple[list[list[Slice]], list[int]]]:
+        """Slice each ``(source, need_labels)`` into the object store while launched actors start.
+
+        On a cold start both take seconds (Spark's Python workers join Ray; the actors import
+        their framework), so they overlap; then this waits for the actors. A data error shuts
+        down actors that this call's group had only launched; a start-up error lets go of the data.
+        """
+        try:
+            staged = [self.slices(src, need) for src, need in sources]
+        except BaseException:
+            if self._starting is not None:
+                self.shutdown()
+            raise
+        try:
+            self._join()
+        except BaseException:
+            self.release([s for slices, _ in staged for s in slices])
+            raise
+        return staged
 
     def _get(self, refs: list[Any], what: str) -> list[Any]:
         """Wait for all refs; on the first failure or the deadline tear the group down and raise."""
@@ -380,9 +426,10 @@ class RayWorkerGroup:
     # ---------------------------------------------------------------- calls
     def fit(self, source: DataSource, val_source: DataSource | None, args: FitArgs) -> list[dict[str, Any]]:
         """Run ``fit`` on every actor; return rank 0's merged history."""
-        self.start()
-        slices, counts = self.slices(source, need_labels=True)
-        val_slices, _ = self.slices(val_source, need_labels=True) if val_source is not None else (None, None)
+        self.launch()
+        (slices, counts), (val_slices, _) = self._staged((source, True), (val_source, True))
+        if val_source is None:
+            val_slices = None
         if val_source is not None and val_source.kind == "creator":
             args.val_creator, val_slices = val_source.obj, None
         if source.kind == "creator":
@@ -402,8 +449,8 @@ class RayWorkerGroup:
 
     def evaluate(self, source: DataSource, batch_size: int, metrics: Any) -> list[dict[str, Any]]:
         """Per-worker evaluation states (merge them with ``merge_eval_states``)."""
-        self.start()
-        slices, _ = self.slices(source, need_labels=True)
+        self.launch()
+        ((slices, _),) = self._staged((source, True))
         creator = source.obj if source.kind == "creator" else None
         local_bs = max(1, batch_size // self.num_workers)
         import cloudpickle
@@ -417,8 +464,8 @@ class RayWorkerGroup:
 
     def predict(self, source: DataSource, batch_size: int) -> list[np.ndarray]:
         """Predict in the actors; outputs come back in the input's row order."""
-        self.start()
-        slices, _ = self.slices(source, need_labels=False)
+        self.launch()
+        ((slices, _),) = self._staged((source, False))
         local_bs = max(1, batch_size // self.num_workers)
         try:
             outs = self._get([a.predict.remote(slices[r], local_bs) for r, a in enumerate(self.actors)], "predict")
@@ -458,4 +505,4 @@ class RayWorkerGroup:
                 ray.kill(actor)
             except Exception:  # noqa: BLE001 - already dead
                 pass
-        self.actors, self.store = [], None
+        self.actors, self.store, self._starting = [], None, None
