@@ -427,9 +427,8 @@ class RayWorkerGroup:
     def fit(self, source: DataSource, val_source: DataSource | None, args: FitArgs) -> list[dict[str, Any]]:
         """Run ``fit`` on every actor; return rank 0's merged history."""
         self.launch()
-        (slices, counts), (val_slices, _) = self._staged((source, True), (val_source, True))
-        if val_source is None:
-            val_slices = None
+        (slices, counts), (staged_val, _) = self._staged((source, True), (val_source, True))
+        val_slices: list[list[Slice]] | None = staged_val if val_source is not None else None
         if val_source is not None and val_source.kind == "creator":
             args.val_creator, val_slices = val_source.obj, None
         if source.kind == "creator":
