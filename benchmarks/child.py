@@ -38,6 +38,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import cloudpickle  # noqa: E402
 import common  # noqa: E402
+from harness import cached_df  # noqa: E402
 from torch import nn  # noqa: E402
 
 # common.py is not installed on the workers: its model and optimizer travel by value.
@@ -79,7 +80,7 @@ def main() -> None:
 
     def make_data(scale: int) -> tuple:
         x, y = common.synthetic(a.rows * scale)
-        return x, y, common.spark_df(spark, x, y, a.workers)
+        return x, y, cached_df(spark, {"features": x, "label": y}, a.workers)
 
     out: dict = {}
     data: dict = {}

@@ -32,21 +32,6 @@ def make_optimizer(model: nn.Module, config: dict | None = None) -> torch.optim.
     return torch.optim.SGD(model.parameters(), lr=LR, momentum=MOMENTUM)
 
 
-def spark_df(spark: Any, x: np.ndarray, y: np.ndarray | None, parts: int, feature_col: str = "features") -> Any:
-    """A cached DataFrame ``features array<float>[, label long]`` of ``x`` (rows) and ``y``, in ``parts``
-    partitions, built from an Arrow table: no per-row Python objects on the way in."""
-    import pyarrow as pa
-
-    width = int(np.prod(x.shape[1:]))
-    offsets = pa.array(np.arange(0, len(x) * width + 1, width, dtype=np.int32))
-    cols = {feature_col: pa.ListArray.from_arrays(offsets, pa.array(np.ascontiguousarray(x, np.float32).reshape(-1)))}
-    if y is not None:
-        cols["label"] = pa.array(np.asarray(y, np.int64))
-    df = spark.createDataFrame(pa.table(cols)).repartition(parts).cache()
-    df.count()
-    return df
-
-
 def synthetic(n: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
     """``n`` rows of 784 Gaussian float32 features; labels from a fixed random linear map (learnable)."""
     rng = np.random.default_rng(seed)

@@ -43,15 +43,10 @@ def make_x(rows: int) -> tuple[np.ndarray, np.random.Generator]:
 
 
 def make_df(spark: Any, rows: int, parts: int = 2) -> Any:
-    import pyarrow as pa
+    from harness import cached_df
 
     x, rng = make_x(rows)
-    offsets = pa.array(np.arange(0, rows * WIDTH + 1, WIDTH, dtype=np.int32))
-    feats = pa.ListArray.from_arrays(offsets, pa.array(x.reshape(-1)))
-    table = pa.table({"features": feats, "label": pa.array(rng.integers(0, 10, rows))})
-    df = spark.createDataFrame(table).repartition(parts).cache()
-    df.count()
-    return df
+    return cached_df(spark, {"features": x, "label": rng.integers(0, 10, rows)}, parts)
 
 
 def bare_arrow(df: Any) -> int:

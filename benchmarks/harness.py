@@ -127,6 +127,27 @@ def scaled_child_main(measure: Any, default_rows: int, conf: dict[str, str] | No
         json.dump(res, fh, indent=1)
 
 
+def cached_df(spark: Any, columns: dict[str, Any], parts: int) -> Any:
+    """A cached DataFrame of numpy ``columns`` in ``parts`` partitions, built from an Arrow table (no
+    Python object per row): an array of 2 or more dimensions becomes an ``array<float>`` column of
+    its flattened rows, a 1-D array a plain column."""
+    import numpy as np
+    import pyarrow as pa
+
+    cols = {}
+    for name, values in columns.items():
+        values = np.asarray(values)
+        if values.ndim > 1:
+            flat = np.ascontiguousarray(values, np.float32).reshape(len(values), -1)
+            offsets = pa.array(np.arange(0, flat.size + 1, flat.shape[1], dtype=np.int32))
+            cols[name] = pa.ListArray.from_arrays(offsets, pa.array(flat.reshape(-1)))
+        else:
+            cols[name] = pa.array(values)
+    df = spark.createDataFrame(pa.table(cols)).repartition(parts).cache()
+    df.count()
+    return df
+
+
 def local_spark(conf: dict[str, str] | None = None, cores: int = 2) -> Any:
     """A local Orca context (``local[cores]``, 4 GB driver for the x16 data) and its Spark session."""
     from orca.core import init_orca_context

@@ -114,7 +114,7 @@ def single_process(x: np.ndarray, xml: str, cores: int, repeats: int) -> float:
 def measure(name: str, spark: Any, cores: int, quick: bool) -> list[dict[str, Any]]:
     """Rows of one model: orca against predict_batch_udf and against the single process."""
     import openvino as ov
-    import pyarrow as pa
+    import pandas as pd
     from pyspark.ml.functions import predict_batch_udf
     from pyspark.sql import types as T
 
@@ -128,9 +128,9 @@ def measure(name: str, spark: Any, cores: int, quick: bool) -> list[dict[str, An
     xml = str(Path(tmp) / f"{name}.xml")
     ov.save_model(builder(), xml, compress_to_fp16=False)
     flat = x.reshape(rows, -1)  # images travel as flat array<float> rows; both sides reshape them
-    offsets = pa.array(np.arange(0, flat.size + 1, flat.shape[1], dtype=np.int32))
-    table = pa.table({"x": pa.ListArray.from_arrays(offsets, pa.array(flat.reshape(-1)))})
-    df = spark.createDataFrame(table).repartition(cores).cache()  # from Arrow: no Python object per row
+    # from pandas, not harness.cached_df's Arrow table: one run of five crashed (SIGSEGV) in this
+    # process while Spark built a DataFrame from Arrow next to OpenVINO; this path never has
+    df = spark.createDataFrame(pd.DataFrame({"x": list(flat)})).repartition(cores).cache()
     df.count()
     est = Estimator.from_openvino(model_path=xml, config=PRECISION)
     size = int(np.prod(shape))

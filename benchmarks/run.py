@@ -80,8 +80,7 @@ def run_data_and_inference() -> dict[str, tuple[list[dict], dict, dict]]:
                                           "--repeats", str(ds["repeats"])], 900)
     _log(f"      {'FAILED: ' + res['error'] if 'error' in res else 'done'} ({res.get('process_s', 0):.0f} s)")
     shared = "quick run: the data path and inference parts share one process"
-    data_res = res.get("data", res) if "error" not in res else res
-    inf_res = res.get("inference", res) if "error" not in res else res
+    data_res, inf_res = (res, res) if "error" in res else (res["data"], res["inference"])
     return {"data": (datapath.rows_from(data_res), data_res, dict(ds, note=shared)),
             "inference": (inference.rows_from(inf_res), inf_res, dict(inf, note=shared))}
 

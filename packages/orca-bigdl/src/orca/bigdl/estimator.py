@@ -21,7 +21,7 @@ import numpy as np
 
 from orca.bigdl._engine import ensure_engine, quiet
 from orca.core.engine.adapters import DataSource, get_data_source
-from orca.core.engine.errors import NotFittedError
+from orca.core.engine.errors import NotFittedError, check_positive_int
 from orca.core.engine.history import History
 
 #: metric names -> BigDL validation method class names (in bigdl.dllib.optim.optimizer)
@@ -123,8 +123,7 @@ class Estimator:
                         "an XShards or numpy arrays.")
 
     def _check_batch_size(self, batch_size: int, sc: Any) -> None:
-        if not isinstance(batch_size, int) or batch_size < 1:
-            raise ValueError(f"batch_size must be a positive int, got {batch_size!r}.")
+        check_positive_int("batch_size", batch_size)
         cores = int(sc.defaultParallelism)
         if batch_size % cores:
             fix = (batch_size // cores + 1) * cores
@@ -173,8 +172,7 @@ class Estimator:
 
         if self.loss is None:
             raise ValueError("no loss was given to from_bigdl(loss=...); it is needed to train.")
-        if not isinstance(epochs, int) or epochs < 1:
-            raise ValueError(f"epochs must be a positive int, got {epochs!r}.")
+        check_positive_int("epochs", epochs)
         if checkpoint_trigger is not None and not self.model_dir:
             raise ValueError("checkpoint_trigger needs model_dir=... in from_bigdl (where checkpoints go).")
         df = self._dataframe(data, feature_cols, label_cols, True, "data")
@@ -268,8 +266,7 @@ class Estimator:
 
         src = get_data_source(data, feature_cols=feature_cols, need_labels=False, arg="data", allow_creator=False)
         ensure_engine()
-        if not isinstance(batch_size, int) or batch_size < 1:
-            raise ValueError(f"batch_size must be a positive int, got {batch_size!r}.")
+        check_positive_int("batch_size", batch_size)
         with quiet():
             nn_model = NNModel(self.model, self.feature_preprocessing).setBatchSize(batch_size)
             nn_model.setFeaturesCol(FEATURES).setPredictionCol("prediction")

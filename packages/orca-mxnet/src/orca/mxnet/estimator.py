@@ -6,6 +6,7 @@ from collections.abc import Callable
 from typing import Any
 
 from mxnet import gluon
+from orca.core.engine.errors import check_positive_int
 from orca.core.engine.estimator import BaseEstimator
 from orca.core.engine.runner import solo_runner
 from orca.mxnet.runner import MXNetRunner, named_params
@@ -125,8 +126,7 @@ class Estimator(BaseEstimator):
                 raise TypeError(f"{name} must be a function f(config) returning mxnet metric(s), got "
                                 f"{type(creator).__name__}.")
         if num_workers is not None:
-            if not isinstance(num_workers, int) or num_workers < 1:
-                raise ValueError(f"num_workers must be a positive int, got {num_workers!r}.")
+            check_positive_int("num_workers", num_workers)
             workers_per_node = num_workers
         del num_servers, runner_cores  # no parameter servers; cores follow the node's share
         spec: dict[str, Any] = {"model_creator": model_creator, "loss_creator": loss,

@@ -11,6 +11,7 @@ import numpy as np
 import openvino as ov
 from orca.core.engine.adapters import DataSource
 from orca.core.engine.convert import check_part, shard_to_part
+from orca.core.engine.errors import check_positive_int
 from orca.core.engine.estimator import BaseEstimator
 from orca.openvino._model import IRModel, check_inputs, input_order, read_ir
 from orca.openvino.runner import OpenVINORunner
@@ -197,5 +198,5 @@ def _check_config(config: Any) -> None:
         raise TypeError(f"config must be a dict of inference settings, got {type(config).__name__}.")
     for key in ("num_requests", "num_streams"):
         value = config.get(key)
-        if value is not None and (not isinstance(value, int) or value < 1):
-            raise ValueError(f"config[{key!r}] must be a positive int, got {value!r}.")
+        if value is not None:
+            check_positive_int(f"config[{key!r}]", value)

@@ -8,6 +8,7 @@ from typing import Any
 
 from orca.core.engine.adapters import DataSource, get_data_source
 from orca.core.engine.callbacks import Callback
+from orca.core.engine.errors import check_positive_int
 from orca.core.engine.estimator import BaseEstimator
 from orca.core.engine.history import History
 from orca.core.engine.runner import Runner, solo_runner
@@ -203,8 +204,7 @@ class Estimator(BaseEstimator):
             raise ValueError(f"initial_epoch must be a non-negative int, got {initial_epoch!r}.")
         if not isinstance(epochs, int) or epochs <= initial_epoch:
             raise ValueError(f"epochs must be an int greater than initial_epoch={initial_epoch}, got {epochs!r}.")
-        if not isinstance(validation_freq, int) or validation_freq < 1:
-            raise ValueError(f"validation_freq must be a positive int, got {validation_freq!r}.")
+        check_positive_int("validation_freq", validation_freq)
         keras_cbs = [cb for cb in callbacks or [] if not isinstance(cb, Callback)]
         for cb in keras_cbs:
             if not hasattr(cb, "set_model") or not hasattr(cb, "on_epoch_end"):

@@ -19,3 +19,13 @@ class OrcaWorkerError(RuntimeError):
 
 class NotFittedError(RuntimeError):
     """A method that needs a model was called before there was one."""
+
+
+def check_positive_int(name: str, value: object) -> None:
+    """Raise a ValueError naming ``name`` unless ``value`` is an int of at least 1.
+
+    The one check behind every count argument of the Estimators (``epochs``, ``batch_size``,
+    ``workers_per_node``...), so they all refuse bad values with the same message.
+    """
+    if not isinstance(value, int) or value < 1:
+        raise ValueError(f"{name} must be a positive int, got {value!r}.")

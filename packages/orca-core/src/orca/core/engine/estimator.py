@@ -14,6 +14,7 @@ import numpy as np
 
 from orca.core.engine.adapters import DataSource, get_data_source
 from orca.core.engine.callbacks import Callback, latest_checkpoint
+from orca.core.engine.errors import check_positive_int
 from orca.core.engine.history import History
 from orca.core.engine.loop import FitArgs, merge_eval_states
 from orca.core.engine.predict import add_predictions, predict_dataframe, predict_spark_shards
@@ -48,8 +49,7 @@ class BaseEstimator:
         if backend not in self.launchers:
             raise ValueError(f"backend={backend!r} is not supported by {type(self).__module__}.Estimator; "
                              f"use one of {sorted(self.launchers)}.")
-        if not isinstance(workers_per_node, int) or workers_per_node < 1:
-            raise ValueError(f"workers_per_node must be a positive int, got {workers_per_node!r}.")
+        check_positive_int("workers_per_node", workers_per_node)
         from orca.core.engine.metrics import make_metrics
 
         make_metrics(metrics)  # validate now, on the driver
@@ -129,8 +129,7 @@ class BaseEstimator:
                                arg=arg, extra_adapters=self.extra_adapters())
 
     def _check_batch_size(self, batch_size: int) -> None:
-        if not isinstance(batch_size, int) or batch_size < 1:
-            raise ValueError(f"batch_size must be a positive int, got {batch_size!r}.")
+        check_positive_int("batch_size", batch_size)
         if batch_size < self.num_workers:
             raise ValueError(f"batch_size={batch_size} is smaller than the {self.num_workers} workers it is "
                              "split across; use batch_size >= number of workers.")
@@ -166,10 +165,8 @@ class BaseEstimator:
             OrcaWorkerError: a worker failed; carries its traceback.
         """
         self._refuse_if_inference_only("fit")
-        if not isinstance(epochs, int) or epochs < 1:
-            raise ValueError(f"epochs must be a positive int, got {epochs!r}.")
-        if not isinstance(validation_freq, int) or validation_freq < 1:
-            raise ValueError(f"validation_freq must be a positive int, got {validation_freq!r}.")
+        check_positive_int("epochs", epochs)
+        check_positive_int("validation_freq", validation_freq)
         self._check_batch_size(batch_size)
         src = self._source(data, feature_cols, label_cols, True, "data")
         val = None

@@ -265,18 +265,15 @@ class RayWorkerGroup:
         self.launch()
         self._join()
 
-    def launch(self, state: Any = None) -> bool:
+    def launch(self, state: Any = None) -> None:
         """Begin starting the actors and return without waiting for them (idempotent).
 
         Actors take seconds to start (a process each, the framework's import); the data calls
         (``fit``, ``evaluate``, ``predict``) move their data into the object store meanwhile and
         then wait. ``state`` is loaded into every actor once they are up.
-
-        Returns:
-            True when this call launched the actors, False when they were already there.
         """
         if self.actors:
-            return False
+            return
         from orca.core.context import OrcaContext
 
         runtime = OrcaContext.current().ray_runtime()
@@ -305,7 +302,6 @@ class RayWorkerGroup:
                        for _ in range(self.num_workers)]
         # every worker reserves a port: frameworks with a full cluster spec (TF_CONFIG) need them all
         self._starting = ([a.address.remote() for a in self.actors], state)
-        return True
 
     def _join(self) -> None:
         """Wait for launched actors, then rendezvous them and load the launch state."""
@@ -327,12 +323,14 @@ class RayWorkerGroup:
             raise
 
     def _staged(self, *sources: tuple[DataSource | None, bool]) -> list[tuple[list[list[Slice]], list[int]]]:
-        """Slice each ``(source, need_labels)`` into the object store while launched actors start.
+        """Launch the actors (if they are not up) and slice each ``(source, need_labels)`` into the
+        object store while they start.
 
         On a cold start both take seconds (Spark's Python workers join Ray; the actors import
         their framework), so they overlap; then this waits for the actors. A data error shuts
-        down actors that this call's group had only launched; a start-up error lets go of the data.
+        down actors that were only launched; a start-up error lets go of the data.
         """
+        self.launch()
         try:
             staged = [self.slices(src, need) for src, need in sources]
         except BaseException:
@@ -426,7 +424,6 @@ class RayWorkerGroup:
     # ---------------------------------------------------------------- calls
     def fit(self, source: DataSource, val_source: DataSource | None, args: FitArgs) -> list[dict[str, Any]]:
         """Run ``fit`` on every actor; return rank 0's merged history."""
-        self.launch()
         (slices, counts), (staged_val, _) = self._staged((source, True), (val_source, True))
         val_slices: list[list[Slice]] | None = staged_val if val_source is not None else None
         if val_source is not None and val_source.kind == "creator":
@@ -448,7 +445,6 @@ class RayWorkerGroup:
 
     def evaluate(self, source: DataSource, batch_size: int, metrics: Any) -> list[dict[str, Any]]:
         """Per-worker evaluation states (merge them with ``merge_eval_states``)."""
-        self.launch()
         ((slices, _),) = self._staged((source, True))
         creator = source.obj if source.kind == "creator" else None
         local_bs = max(1, batch_size // self.num_workers)
@@ -463,7 +459,6 @@ class RayWorkerGroup:
 
     def predict(self, source: DataSource, batch_size: int) -> list[np.ndarray]:
         """Predict in the actors; outputs come back in the input's row order."""
-        self.launch()
         ((slices, _),) = self._staged((source, False))
         local_bs = max(1, batch_size // self.num_workers)
         try:
