@@ -4,6 +4,7 @@ an Estimator flag that refuses fit/evaluate before any worker starts."""
 import numpy as np
 import pytest
 
+from orca.core.engine.backend import Backend, declare
 from orca.core.engine.estimator import BaseEstimator
 from orca.core.engine.feed import Feed
 from orca.core.engine.loop import run_predict
@@ -45,8 +46,7 @@ def test_run_predict_keeps_row_order_through_the_default_and_an_overridden_predi
 
 
 class _InferenceOnly(BaseEstimator):
-    runner_cls = _Doubler
-    launchers = {"spark": "spark"}
+    backends = declare(Backend("spark", "spark", _Doubler))
     inference_only = True
 
 

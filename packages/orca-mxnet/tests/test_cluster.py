@@ -39,7 +39,7 @@ DRIVER = textwrap.dedent(
     if BACKEND == "ray":
         import cloudpickle, ray
         probe = cloudpickle.dumps(lambda r: ray.get_runtime_context().get_node_id())
-        out["nodes"] = len({ray.get(a.call.remote(probe)) for a in est._ray.actors})
+        out["nodes"] = len(set(est._group.call(cloudpickle.loads(probe))))
     est.shutdown()
     stop_orca_context()
     print(json.dumps(out))

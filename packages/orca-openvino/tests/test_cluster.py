@@ -37,7 +37,7 @@ else:
     shards = est.predict(XShards.partition({"x": x}, num_shards=3), batch_size=8).collect()
     errs["xshards"] = float(np.abs(np.concatenate([s["prediction"] for s in shards]) - want).max())
     probe = cloudpickle.dumps(lambda r: ray.get_runtime_context().get_node_id())
-    nodes = len({ray.get(a.call.remote(probe)) for a in est._ray.actors})
+    nodes = len(set(est._group.call(cloudpickle.loads(probe))))
 est.shutdown()
 stop_orca_context()
 print(json.dumps({"errs": errs, "nodes": nodes}))

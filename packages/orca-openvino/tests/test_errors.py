@@ -21,7 +21,7 @@ def est(backend, linear_ir, orca_context):
     t0 = time.monotonic()
     yield est
     assert time.monotonic() - t0 < 30  # each error comes back in seconds
-    assert est._ray is None or not est._ray.started  # and no worker was started for it
+    assert est._group is None or not est._group.started  # and no worker was started for it
     est.shutdown()
 
 

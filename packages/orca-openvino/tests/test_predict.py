@@ -119,10 +119,9 @@ def test_ray_actors_compile_once_and_keep_the_model_across_calls(orca_context, l
 
 def _actor_models(est):
     import cloudpickle
-    import ray
 
     probe = cloudpickle.dumps(lambda r: (r.pid, id(r.compiled), len(r.queue)))
-    return [ray.get(a.call.remote(probe)) for a in est._ray.actors]
+    return est._group.call(cloudpickle.loads(probe))
 
 
 def test_a_spark_worker_compiles_once_for_all_its_partitions(linear_ir, xs, spark):

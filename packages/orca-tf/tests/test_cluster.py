@@ -43,7 +43,7 @@ else:
     xs, pred = x, est.predict(x)[:, 0]
     import cloudpickle, ray
     probe = cloudpickle.dumps(lambda r: ray.get_runtime_context().get_node_id())
-    nodes = len({ray.get(a.call.remote(probe)) for a in est._ray.actors})
+    nodes = len(set(est._group.call(cloudpickle.loads(probe))))
 digests = est.worker_weight_digests()
 want = est.get_model()(xs).numpy()[:, 0]
 est.shutdown()

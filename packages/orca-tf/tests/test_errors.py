@@ -40,7 +40,7 @@ def test_bad_data_fails_on_the_driver_fast(spark, bad, kind, match):
     with pytest.raises(kind, match=match):
         est.fit(epochs=1, batch_size=4, **bad(df))
     assert time.monotonic() - t0 < 10
-    assert est._ray is None or not est._ray.started
+    assert est._group is None or not est._group.started
 
 
 def test_a_tf_dataset_instance_is_rejected_with_the_fix():
@@ -58,4 +58,4 @@ def test_wrong_input_shape_fails_in_the_workers_with_one_clear_error(orca_contex
             est.fit((np.zeros((8, 7), np.float32), np.zeros(8, np.float32)), epochs=1, batch_size=4)
     finally:
         est.shutdown()
-    assert est._ray is None or not est._ray.started
+    assert est._group is None or not est._group.started

@@ -24,10 +24,9 @@ def ray_est(orca_context):
 
 def _rank0_pid(est):
     import cloudpickle
-    import ray
 
     probe = cloudpickle.dumps(lambda runner: (runner.rank, os.getpid()))
-    return dict(ray.get([a.call.remote(probe) for a in est._ray.actors]))[0]
+    return dict(est._group.call(cloudpickle.loads(probe)))[0]
 
 
 def _event_steps(path):

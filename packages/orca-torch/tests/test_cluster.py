@@ -38,8 +38,7 @@ with torch.no_grad():
 nodes = None
 if kind == "ray":
     import ray
-    nodes = len({a["node_id"] for a in [ray.get(w.call.remote(__import__("cloudpickle").dumps(
-        lambda r: {"node_id": ray.get_runtime_context().get_node_id()}))) for w in est._ray.actors]})
+    nodes = len(set(est._group.call(lambda r: ray.get_runtime_context().get_node_id())))
 est.shutdown()
 stop_orca_context()
 print(json.dumps({"loss": hist.history["train_loss"], "workers": len(digests), "same": len(set(digests)) == 1,

@@ -160,5 +160,5 @@ def test_ray_workers_start_while_the_data_moves_and_a_data_failure_ends_them(orc
     est = linear("ray")
     with pytest.raises(Exception, match="row cannot be computed"):
         est.fit(broken, batch_size=8, feature_cols=["x"], label_cols=["y"])
-    assert not est._ray.started
+    assert not est._group.started
     no_work_left("ray", orca_context)

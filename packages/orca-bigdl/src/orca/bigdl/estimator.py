@@ -20,9 +20,16 @@ from typing import Any
 import numpy as np
 
 from orca.bigdl._engine import ensure_engine, quiet
-from orca.core.engine.adapters import DataSource, get_data_source
-from orca.core.engine.errors import NotFittedError, check_positive_int
-from orca.core.engine.history import History
+from orca.core.plugin import (
+    ArraySource,
+    DataFrameSource,
+    DataSource,
+    History,
+    NotFittedError,
+    ShardsSource,
+    check_positive_int,
+    get_data_source,
+)
 
 #: metric names -> BigDL validation method class names (in bigdl.dllib.optim.optimizer)
 _METRICS = {"accuracy": "Top1Accuracy", "top1accuracy": "Top1Accuracy", "top5accuracy": "Top5Accuracy"}
@@ -110,16 +117,16 @@ class Estimator:
         src = get_data_source(data, feature_cols=feature_cols, label_cols=label_cols, need_labels=need_labels,
                               arg=arg, allow_creator=False)
         spark = OrcaContext.get_spark_session()
-        if src.kind == "dataframe":
+        if isinstance(src, DataFrameSource):
             return _assemble(src.obj, list(src.feature_cols or []), list(src.label_cols or []) if need_labels else [])
-        if src.kind == "local":
+        if isinstance(src, ArraySource):
             return _arrays_to_df(spark, src, need_labels)
-        if src.kind == "xshards":
+        if isinstance(src, ShardsSource):
             df = src.obj.to_spark_df()
             fcols = list(src.feature_cols or ["x"])
             lcols = list(src.label_cols or ["y"]) if need_labels else []
             return _assemble(df, fcols, lcols)
-        raise TypeError(f"{arg}: {src.kind} data is not supported by the BigDL Estimator; pass a Spark DataFrame, "
+        raise TypeError(f"{arg}: {src.what} is not supported by the BigDL Estimator; pass a Spark DataFrame, "
                         "an XShards or numpy arrays.")
 
     def _check_batch_size(self, batch_size: int, sc: Any) -> None:
@@ -270,17 +277,17 @@ class Estimator:
         with quiet():
             nn_model = NNModel(self.model, self.feature_preprocessing).setBatchSize(batch_size)
             nn_model.setFeaturesCol(FEATURES).setPredictionCol("prediction")
-        if src.kind == "dataframe":
+        if isinstance(src, DataFrameSource):
             df = src.obj
             assembled = _assemble(df, list(src.feature_cols or []), [], keep=True)
             return nn_model.transform(assembled).drop(FEATURES)
         from orca.core.context import OrcaContext
 
-        if src.kind == "local":
+        if isinstance(src, ArraySource):
             df = _arrays_to_df(OrcaContext.get_spark_session(), src, False, with_index=True)
             out = nn_model.transform(df).orderBy("__orca_index").select("prediction").toPandas()
             return np.stack(out["prediction"].to_numpy()).astype(np.float32)
-        if src.kind == "xshards":
+        if isinstance(src, ShardsSource):
             from orca.core.data import XShards
 
             shards = src.obj
@@ -289,7 +296,7 @@ class Estimator:
             out = nn_model.transform(_assemble(shards.to_spark_df(), fcols, [], keep=True)).drop(FEATURES)
             result = XShards.from_spark_df(out)
             return result.transform_shard(_pandas_to_dict) if dicts else result
-        raise TypeError(f"data: {src.kind} data is not supported by predict; pass a Spark DataFrame, an XShards "
+        raise TypeError(f"data: {src.what} is not supported by predict; pass a Spark DataFrame, an XShards "
                         "or a numpy array.")
 
     # ------------------------------------------------------------ model I/O

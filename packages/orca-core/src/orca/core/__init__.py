@@ -1,6 +1,6 @@
 """Orca core: the context, XShards and the shared engine every framework package uses.
 
->>> from orca.core import init_orca_context, stop_orca_context, OrcaContext  # doctest: +SKIP
+>>> from orca.core import init_orca_context, stop_orca_context, OrcaContext, XShards  # doctest: +SKIP
 """
 
 from orca.core.context import (
@@ -10,6 +10,7 @@ from orca.core.context import (
     init_orca_context,
     stop_orca_context,
 )
+from orca.core.data import XShards
 
 __version__ = "0.1.0"
 
@@ -17,6 +18,7 @@ __all__ = [
     "OrcaContext",
     "OrcaSettings",
     "RayRuntime",
+    "XShards",
     "init_orca_context",
     "stop_orca_context",
     "__version__",

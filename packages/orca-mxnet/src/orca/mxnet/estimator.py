@@ -6,9 +6,7 @@ from collections.abc import Callable
 from typing import Any
 
 from mxnet import gluon
-from orca.core.engine.errors import check_positive_int
-from orca.core.engine.estimator import BaseEstimator
-from orca.core.engine.runner import solo_runner
+from orca.core.plugin import Backend, BaseEstimator, NotFittedError, check_positive_int, declare, solo_runner
 from orca.mxnet.runner import MXNetRunner, named_params
 
 
@@ -51,8 +49,10 @@ class Estimator(BaseEstimator):
     ``load``, ``get_model``. See :class:`orca.core.engine.BaseEstimator` for the shared flow.
     """
 
-    runner_cls = MXNetRunner
-    launchers = {"ray": "ray", "spark": "spark"}
+    backends = declare(
+        Backend("ray", "ray", MXNetRunner, "Ray actors kept in step by orca.core.sync (no parameter servers)"),
+        Backend("spark", "spark", MXNetRunner, "Spark barrier tasks kept in step by orca.core.sync"),
+    )
 
     @classmethod
     def from_mxnet(
@@ -133,11 +133,6 @@ class Estimator(BaseEstimator):
                                 "eval_metrics_creator": eval_metrics_creator,
                                 "validation_metrics_creator": validation_metrics_creator,
                                 "config": dict(config or create_config())}
-        from orca.core.context import OrcaContext
-
-        active = OrcaContext.active()
-        if active is not None:
-            spec["timeout_s"] = active.settings.worker_timeout_s
         return cls(spec=spec, backend=backend, workers_per_node=workers_per_node, model_dir=model_dir,
                    use_tqdm=use_tqdm)
 
@@ -184,7 +179,7 @@ class Estimator(BaseEstimator):
             raise FileNotFoundError(f"no saved model at {path!r}.")
         with fsspec.open(path, "rb") as fh:
             params = params_from_bytes(fh.read())
-        state = self.get_state() if (self._state is not None or (self._ray and self._ray.started)) else {}
+        state = super().get_state() or {}
         runner = solo_runner(MXNetRunner, self.spec, None)
         assert isinstance(runner, MXNetRunner)
         runner.set_state({"params": params})  # checks names and shapes here, on the driver
@@ -192,12 +187,10 @@ class Estimator(BaseEstimator):
 
     def get_state(self) -> dict[str, Any]:
         """The training state; a fresh model's when nothing was trained or loaded yet."""
-        if self._state is None and not (self._ray and self._ray.started):
+        if super().get_state() is None:
             runner = solo_runner(MXNetRunner, self.spec, None)
             assert isinstance(runner, MXNetRunner)
             if not all(p._data is not None for p in named_params(runner.model).values()):
-                from orca.core.engine.errors import NotFittedError
-
                 raise NotFittedError("the model's parameter shapes are not known before it has seen data; fit it "
                                      "(or give its first layers in_units/in_channels) first.")
             return runner.get_state()

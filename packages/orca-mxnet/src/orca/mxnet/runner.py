@@ -20,8 +20,7 @@ import numpy as np
 
 import mxnet as mx
 from mxnet import autograd, gluon
-from orca.core.engine.feed import Batch
-from orca.core.engine.runner import Collective, Rendezvous, Runner
+from orca.core.plugin import Batch, Rendezvous, Runner, pack, unpack
 
 
 @dataclass(frozen=True)
@@ -62,18 +61,19 @@ def _metric_list(metric: Any) -> list[Any]:
 class MXNetRunner(Runner):
     """Runs a Gluon ``Block`` in one Orca worker."""
 
-    group: Any = None
+    def __init__(self, spec: dict[str, Any]) -> None:
+        # the same initial weights on every rank: the config's seed (create_config), else 0
+        config = spec.get("config") or {}
+        super().__init__(dict(spec, seed=config.get("seed", spec.get("seed", 0))))
+
+    def seed_framework(self, seed: int) -> None:
+        mx.random.seed(seed)
 
     def setup(self, rendezvous: Rendezvous) -> None:
-        super().setup(rendezvous)
-        self.world, self.rank = rendezvous.world_size, rendezvous.rank
-        threads = str(max(1, int(self.spec.get("threads", 1))))
+        threads = str(max(1, self.threads))
         os.environ["OMP_NUM_THREADS"] = threads  # read by MXNet's engine for new operators
         os.environ["MXNET_CPU_WORKER_NTHREADS"] = threads
-        seed = self.config.get("seed", self.spec.get("seed", 0))  # the same initial weights on every rank
-        if seed is not None:
-            mx.random.seed(int(seed))
-            np.random.seed(int(seed))
+        super().setup(rendezvous)
         creator = self.spec["model_creator"]
         self.model = creator(self.config)
         if not isinstance(self.model, gluon.Block):
@@ -90,21 +90,9 @@ class MXNetRunner(Runner):
             or _metric_list(self._create(self.spec.get("eval_metrics_creator")))
         self.trainer: gluon.Trainer | None = None
         self._synced = False
-        if self.world > 1:
-            from orca.core.sync import SyncGroup
-
-            self.group = SyncGroup.from_rendezvous(rendezvous, timeout_s=float(self.spec.get("timeout_s", 600)))
 
     def _create(self, creator: Any) -> Any:
         return creator(self.config) if callable(creator) else creator
-
-    def shutdown(self) -> None:
-        if self.group is not None:
-            self.group.close()
-            self.group = None
-
-    def collective(self) -> Collective | None:
-        return self.group
 
     # ------------------------------------------------------------ sync
     def _params(self) -> list[Any]:
@@ -120,14 +108,8 @@ class MXNetRunner(Runner):
         if self.group is None:
             return
         params = self._params()
-        flat = np.concatenate([p.data().asnumpy().reshape(-1).astype(np.float64) for p in params]) \
-            if params else np.zeros(0)
-        self.group.broadcast(flat)
-        offset = 0
-        for p in params:
-            n = int(np.prod(p.shape))
-            p.set_data(mx.nd.array(flat[offset:offset + n].reshape(p.shape), dtype=p.dtype))
-            offset += n
+        for p, value in zip(params, self.broadcast_arrays([p.data().asnumpy() for p in params]), strict=True):
+            p.set_data(mx.nd.array(value, dtype=p.dtype))
 
     def _trainer(self) -> gluon.Trainer:
         if self.trainer is None:
@@ -183,14 +165,9 @@ class MXNetRunner(Runner):
         trainer = self._trainer()
         if self.group is not None:
             grads = [p.grad() for p in params if p.grad_req != "null"]
-            flat = np.concatenate([g.asnumpy().reshape(-1) for g in grads]).astype(np.float32) if grads \
-                else np.zeros(0, np.float32)
-            self.group.allreduce(flat, op="mean")
-            offset = 0
-            for g in grads:
-                n = int(np.prod(g.shape))
-                g[:] = mx.nd.array(flat[offset:offset + n].reshape(g.shape), dtype=g.dtype)
-                offset += n
+            arrays = [g.asnumpy() for g in grads]
+            for g, value in zip(grads, unpack(self.allreduce_mean_(pack(arrays, np.float32)), arrays), strict=True):
+                g[:] = mx.nd.array(value, dtype=g.dtype)
         for p in params:  # written by the all-reduce (or zeroed), not by this rank's backward: still fresh
             if p.grad_req != "null":
                 p.data()._fresh_grad = True
@@ -245,29 +222,19 @@ class MXNetRunner(Runner):
         return {name: (s / c if c else float("nan")) for name, (s, c) in totals.items()}
 
     # ------------------------------------------------------------ native loaders
-    def native_batches(self, creator: Any, batch_size: int, training: bool) -> Iterable[Batch]:
+    def native_batches(self, creator: Any, batch_size: int, training: bool,
+                       steps: int | None = None) -> Iterable[Batch]:
         """Batches of ``creator(config, kv)``: an ``mx.io.DataIter`` or a ``gluon.data.DataLoader``
-        (or any iterable of ``(x, y)``), read for this rank as the creator shards it.
+        (or any iterable of ``(x, y)``), read for this rank as the creator shards it (the engine
+        keeps the ranks in lock-step: a rank with fewer batches takes empty steps).
 
-        Every rank must take the same number of steps: the epoch's batches are read first, the
-        ranks exchange their batch sizes, and ranks that have fewer take empty steps, so uneven
-        shards never hang the all-reduce; each step's loss is the mean over that step's global
-        batch, as with the other inputs.
+        ``config["batch_size"]`` is this worker's share of the global batch, as in the reference.
         """
-        data = creator(self.config, KVInfo(self.world, self.rank))
-        batches = list(self._iterate(data))
-        sizes = [b.size for b in batches]
-        every = self.group.allgather(sizes) if self.group is not None else [sizes]
-        steps = max(len(s) for s in every)
-        for i in range(steps):
-            global_rows = sum(s[i] for s in every if i < len(s))
-            if i < len(batches) and batches[i].size > 0:
-                b = batches[i]
-                # as the lock-step feed weighs a step: the mean of the all-reduce is the global batch's mean
-                weight = b.size * self.world / global_rows if training else 1.0
-                yield Batch(x=b.x, y=b.y, size=b.size, weight=weight, global_size=global_rows)
-            else:
-                yield Batch(x=[], y=[], size=0, weight=0.0, global_size=global_rows)
+        config = dict(self.config, batch_size=batch_size)
+        for i, batch in enumerate(self._iterate(creator(config, KVInfo(self.world, self.rank)))):
+            if steps is not None and i >= steps:
+                return
+            yield batch
 
     def _iterate(self, data: Any) -> Iterator[Batch]:
         if isinstance(data, mx.io.DataIter):

@@ -9,10 +9,17 @@ from typing import Any
 import numpy as np
 
 import openvino as ov
-from orca.core.engine.adapters import DataSource
-from orca.core.engine.convert import check_part, shard_to_part
-from orca.core.engine.errors import check_positive_int
-from orca.core.engine.estimator import BaseEstimator
+from orca.core.plugin import (
+    ArraySource,
+    Backend,
+    BaseEstimator,
+    DataSource,
+    check_part,
+    check_positive_int,
+    declare,
+    is_xshards,
+    shard_to_part,
+)
 from orca.openvino._model import IRModel, check_inputs, input_order, read_ir
 from orca.openvino.runner import OpenVINORunner
 
@@ -25,8 +32,10 @@ class Estimator(BaseEstimator):
     ``fit`` and ``evaluate`` raise ``NotImplementedError``: OpenVINO runs trained models.
     """
 
-    runner_cls = OpenVINORunner
-    launchers = {"spark": "spark", "ray": "ray"}
+    backends = declare(
+        Backend("spark", "spark", OpenVINORunner, "Spark tasks, each compiling the model once"),
+        Backend("ray", "ray", OpenVINORunner, "long-lived Ray actors, each compiling the model once"),
+    )
     inference_only = True
 
     @classmethod
@@ -66,8 +75,6 @@ class Estimator(BaseEstimator):
             >>> est = Estimator.from_openvino(model_path="model.xml")  # doctest: +SKIP
             >>> est.predict(np.zeros((10, 3, 224, 224), np.float32), batch_size=8)  # doctest: +SKIP
         """
-        if backend not in cls.launchers:
-            raise ValueError(f"backend={backend!r} is not supported by orca.openvino; use 'spark' or 'ray'.")
         _check_config(config)
         ir = read_ir(model_path)
         spec = {"model": ir, "config": dict(config or {}), "order": None}
@@ -87,7 +94,7 @@ class Estimator(BaseEstimator):
                 return None
             part = {"x": list(data), "y": []}
             check_part(part, False, "data")
-            return DataSource("local", [part], num_rows=len(data[0]))
+            return ArraySource([part], num_rows=len(data[0]))
 
         return (list_adapter,)
 
@@ -133,24 +140,19 @@ class Estimator(BaseEstimator):
         order = input_order(self.model.inputs, list(input_cols) if input_cols is not None else None, fcols)
         spec = dict(self.spec, config={**self.spec["config"], **(config or {})}, order=order)
         if spec["config"] != self.spec["config"] or spec["order"] != self.spec["order"]:
-            if self._ray is not None:  # its actors compiled the old settings
-                self._ray.shutdown()
-                self._ray = None
-            self.spec = spec
+            self._replace_spec(spec)  # workers compiled the old settings
         self._check_first_rows(data, fcols, order)
         return super().predict(data, batch_size=batch_size, feature_cols=feature_cols, output_cols=output_cols)
 
     def _check_first_rows(self, data: Any, fcols: list[str] | None, order: list[int]) -> None:
         """Check shapes and dtypes on the driver before any worker starts (DataFrames are checked by
         the engine's one-row probe, which runs this model on the driver)."""
-        from orca.core.engine.adapters import _is_xshards
-
         inputs = self.model.inputs
         if isinstance(data, np.ndarray):
             check_inputs([data], inputs, order, cast=False)
         elif isinstance(data, list) and data and all(isinstance(a, np.ndarray) for a in data):
             check_inputs(data, inputs, order, cast=False)
-        elif _is_xshards(data):
+        elif is_xshards(data):
             def verdict(shard: Any) -> tuple[str, str] | None:
                 try:
                     x = [a[:1] for a in shard_to_part(shard, fcols, None)["x"]]
@@ -184,11 +186,7 @@ class Estimator(BaseEstimator):
 
     def load(self, path: str) -> None:
         """Replace the model with the one at ``path`` (IR ``.xml`` or ONNX); live workers are stopped."""
-        ir = read_ir(path)
-        if self._ray is not None:
-            self._ray.shutdown()
-            self._ray = None
-        self.spec = dict(self.spec, model=ir, order=None)
+        self._replace_spec(dict(self.spec, model=read_ir(path), order=None))
 
 
 def _check_config(config: Any) -> None:

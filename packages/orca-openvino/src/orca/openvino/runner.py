@@ -15,8 +15,7 @@ from typing import Any
 import numpy as np
 
 import openvino as ov
-from orca.core.engine.feed import Batch
-from orca.core.engine.runner import Rendezvous, Runner
+from orca.core.plugin import Batch, Rendezvous, Runner
 from orca.openvino._model import IRModel, check_inputs
 
 #: predict(config=...) keys Orca reads itself; every other key goes to compile_model as is
@@ -53,6 +52,8 @@ def _task_cpus() -> int | None:
 
 class OpenVINORunner(Runner):
     """Runs a compiled OpenVINO model in one Orca worker (inference only)."""
+
+    trains = False
 
     def setup(self, rendezvous: Rendezvous) -> None:
         super().setup(rendezvous)

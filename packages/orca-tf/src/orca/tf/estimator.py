@@ -6,15 +6,20 @@ import os
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from orca.core.engine.adapters import DataSource, get_data_source
-from orca.core.engine.callbacks import Callback
-from orca.core.engine.errors import check_positive_int
-from orca.core.engine.estimator import BaseEstimator
-from orca.core.engine.history import History
-from orca.core.engine.runner import Runner, solo_runner
+from orca.core.plugin import (
+    Backend,
+    BaseEstimator,
+    Callback,
+    DataSource,
+    History,
+    Runner,
+    check_positive_int,
+    declare,
+    get_data_source,
+    solo_runner,
+)
 from orca.tf.runner import BigDLKerasRunner, KerasRunner
 
-_LATER = {"horovod": "a later issue (it needs its own TF 2.15 environment)"}
 #: engine stats that are not Keras history keys
 _ENGINE_KEYS = ("train_loss", "epoch", "num_samples", "batch_count", "epoch_time_s")
 
@@ -57,8 +62,11 @@ class Estimator(BaseEstimator):
     ``save_weights``, ``load_weights``, ``get_model``. See :class:`orca.core.engine.BaseEstimator`.
     """
 
-    runner_cls: type[KerasRunner] = KerasRunner
-    launchers = {"ray": "ray", "spark": "spark", "bigdl": "spark"}
+    backends = declare(
+        Backend("ray", "ray", KerasRunner, "Ray actors kept in step by a MultiWorkerMirroredStrategy"),
+        Backend("spark", "spark", KerasRunner, "Spark barrier tasks kept in step by a MultiWorkerMirroredStrategy"),
+        Backend("bigdl", "spark", BigDLKerasRunner, "Spark barrier tasks kept in step by orca.core.sync"),
+    )
 
     @classmethod
     def from_keras(
@@ -106,9 +114,6 @@ class Estimator(BaseEstimator):
             >>> est = Estimator.from_keras(model_creator=model_creator, backend="spark")  # doctest: +SKIP
             >>> est.fit(df, epochs=2, batch_size=64, feature_cols=["x"], label_cols=["y"])  # doctest: +SKIP
         """
-        if backend in _LATER:
-            raise ValueError(f"backend={backend!r} is not available yet (tracked in {_LATER[backend]}); "
-                             "use backend='ray', 'spark' or 'bigdl'.")
         if not callable(model_creator) or isinstance(model_creator, type):
             raise TypeError(f"model_creator must be a function f(config) returning a compiled keras.Model, got "
                             f"{type(model_creator).__name__}.")
@@ -116,15 +121,8 @@ class Estimator(BaseEstimator):
             raise TypeError("compile_args_creator must be a function f(config) returning compile() arguments.")
         spec: dict[str, Any] = {"model_creator": model_creator, "compile_args_creator": compile_args_creator,
                                 "config": dict(config or {}), "seed": seed}
-        from orca.core.context import OrcaContext
-
-        active = OrcaContext.active()
-        spec["timeout_s"] = active.settings.worker_timeout_s if active is not None else 600.0
-        est = cls(spec=spec, backend=backend, workers_per_node=workers_per_node, model_dir=model_dir,
-                  use_tqdm=bool(verbose))
-        if backend == "bigdl":
-            est.runner_cls = BigDLKerasRunner
-        return est
+        return cls(spec=spec, backend=backend, workers_per_node=workers_per_node, model_dir=model_dir,
+                   use_tqdm=bool(verbose))
 
     # ------------------------------------------------------------ data
     def extra_adapters(self) -> Sequence[Any]:
@@ -221,7 +219,8 @@ class Estimator(BaseEstimator):
             history = super().fit(data, epochs=epochs - initial_epoch, batch_size=batch_size,
                                   feature_cols=feature_cols, label_cols=label_cols, validation_data=validation_data,
                                   callbacks=[_KerasFit(options), *orca_cbs], shuffle=shuffle,
-                                  validation_freq=validation_freq)
+                                  validation_freq=validation_freq, steps_per_epoch=steps_per_epoch,
+                                  validation_steps=validation_steps)
         finally:
             self.use_tqdm = use_tqdm
         return history

@@ -10,15 +10,13 @@ and are merged exactly (their state variables summed) at the end of each epoch.
 
 from __future__ import annotations
 
-import functools
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-from orca.core.engine.feed import Batch
-from orca.core.engine.runner import Rendezvous, Runner
+from orca.core.plugin import Batch, Rendezvous, Runner, pack, unpack
 from orca.tf import _keras, _sync
 
 #: Keras callbacks that write files: they run on the chief (rank 0) only
@@ -49,18 +47,6 @@ def _outputs(out: Any) -> list[np.ndarray]:
     return [np.asarray(out)]
 
 
-def _forward(method: Callable[..., Any]) -> Callable[..., Any]:
-    """Run the method in the child process when this runner moved there (see ``orca.core.engine.child``)."""
-
-    @functools.wraps(method)
-    def wrapper(self: KerasRunner, *args: Any) -> Any:
-        if self.child is not None:
-            return self.child.call(method.__name__, *args)
-        return method(self, *args)
-
-    return wrapper
-
-
 @dataclass
 class _Step:
     """A worker's compiled step: ``step`` (one worker) or ``grads_of`` + ``reduce_apply`` (several)."""
@@ -74,44 +60,32 @@ class _Step:
 class KerasRunner(Runner):
     """Runs a compiled Keras 3 or tf_keras model in one Orca worker."""
 
-    child: Any = None
     strategy: Any = None
     #: keep the replicas in step with orca.core.sync (the ``bigdl`` backend) instead of the strategy
     orca_sync = False
-    group: Any = None
+    child_preload = ("tensorflow",)
     fit_options: dict[str, Any] = {}  # noqa: RUF012 - replaced, never mutated
 
-    def setup(self, rendezvous: Rendezvous) -> None:
-        super().setup(rendezvous)
-        self.world, self.rank = rendezvous.world_size, rendezvous.rank
-        threads = int(self.spec.get("threads", 1))
-        in_child = bool(self.spec.get("in_child"))
-        if self.world > 1 and not in_child:
-            # small-object collectives (epoch stats), the initial weights and, on the bigdl backend,
-            # the gradients go through orca.core.sync; it needs no TF, so it lives in this process
-            # also when the runner moves to a child (Spark's own allGather polls once a second)
-            from orca.core.sync import SyncGroup
+    @classmethod
+    def needs_child(cls, spec: dict[str, Any], rendezvous: Rendezvous) -> bool:
+        """A process that cannot join another strategy (a reused Spark worker that ran TF) hosts
+        the runner in a fresh child (a spare that has imported TensorFlow already)."""
+        return rendezvous.world_size > 1 and not cls.orca_sync and not _sync.can_join(rendezvous)
 
-            self.group = SyncGroup.from_rendezvous(rendezvous, timeout_s=float(self.spec.get("timeout_s", 600)))
-        strategy = self.world > 1 and not self.orca_sync
-        if strategy and not in_child and not _sync.can_join(rendezvous):
-            # this process cannot join another strategy: host the runner in a fresh child (a spare
-            # that has imported TensorFlow already, see orca.core.engine.child)
-            from orca.core.engine.child import start_child
-
-            self.child = start_child(type(self), self.spec, rendezvous, preload=("tensorflow",),
-                                     timeout_s=float(self.spec.get("timeout_s", 600)), what="the TF worker process")
-            return
-        if strategy:
-            self.strategy = _sync.join(rendezvous, threads)
-        else:
-            _sync.set_threads(threads)
+    def seed_framework(self, seed: int) -> None:
         import tensorflow as tf
 
-        seed = self.spec.get("seed")
-        if seed is not None:
-            tf.random.set_seed(int(seed))
-            np.random.seed(int(seed))
+        tf.random.set_seed(seed)
+
+    def setup(self, rendezvous: Rendezvous) -> None:
+        # the strategy (TF's collectives) is configured before TF's first op, seeding included;
+        # epoch stats, the initial weights and, on the bigdl backend, the gradients go through the
+        # base Runner's sync group (in the parent process when this runner lives in a child)
+        if rendezvous.world_size > 1 and not self.orca_sync:
+            self.strategy = _sync.join(rendezvous, self.threads)
+        else:
+            _sync.set_threads(self.threads)
+        super().setup(rendezvous)
         self.model = build_model(self.spec, self.config)
         self.legacy = _keras.is_legacy(self.model)
         self.fit_options: dict[str, Any] = {}
@@ -124,17 +98,6 @@ class KerasRunner(Runner):
         if self.model.built:
             self._broadcast_weights()
 
-    def shutdown(self) -> None:
-        if self.child is not None:
-            self.child.close()  # the child's runner shuts down with it
-            self.child = None
-        if self.group is not None:
-            self.group.close()
-            self.group = None
-
-    def collective(self) -> Any:
-        return self.group  # stats travel over the sync group when there is one (else the backend's)
-
     # ------------------------------------------------------------ sync
     def _broadcast_weights(self) -> None:
         """Rank 0's initial weights to every worker (a sum where the other ranks add zeros)."""
@@ -144,19 +107,11 @@ class KerasRunner(Runner):
         weights = self.model.get_weights()
         if not weights:
             return
-        flat = np.concatenate([w.reshape(-1).astype(np.float64) for w in weights])
         if self.group is not None:
-            self.group.broadcast(flat)
-            total = flat
-        else:
-            if self.rank != 0:
-                flat = np.zeros_like(flat)
-            total = np.asarray(_sync.all_sum(self.strategy, flat))
-        out, offset = [], 0
-        for w in weights:
-            out.append(total[offset:offset + w.size].reshape(w.shape).astype(w.dtype))
-            offset += w.size
-        self.model.set_weights(out)
+            self.model.set_weights(self.broadcast_arrays(weights))
+            return
+        flat = pack(weights) if self.rank == 0 else np.zeros(sum(w.size for w in weights))
+        self.model.set_weights(unpack(np.asarray(_sync.all_sum(self.strategy, flat)), weights))
 
     def _ensure_built(self, x: Any) -> None:
         if not self.model.built:
@@ -227,11 +182,9 @@ class KerasRunner(Runner):
             parts = tf.split(flat, sizes)
             apply([tf.cast(tf.reshape(p, s), v.dtype) for p, s, v in zip(parts, shapes, tvars, strict=True)])
 
-        group = self.group
-
         def reduce_apply(flat: Any) -> None:
             buf = np.array(flat, dtype=np.float32)  # a writable copy of the tensor (80 KB..MBs)
-            group.allreduce(buf, op="mean")
+            self.allreduce_mean_(buf)
             apply_flat(tf.constant(buf))
 
         return reduce_apply
@@ -246,7 +199,6 @@ class KerasRunner(Runner):
             labels = labels.argmax(-1)
         return np.asarray([cw.get(int(v), 1.0) for v in labels.reshape(len(labels), -1)[:, 0]], np.float32)
 
-    @_forward
     def train_batch(self, batch: Batch) -> float:
         if not _keras.is_compiled(self.model):
             raise ValueError("the model is not compiled: model_creator must return model.compile(optimizer=..., "
@@ -287,7 +239,6 @@ class KerasRunner(Runner):
             self._metric_sample = ([a[:1] for a in batch.x], [a[:1] for a in batch.y])
         self._rows += batch.size
 
-    @_forward
     def eval_batch(self, batch: Batch) -> tuple[float, list[np.ndarray]]:
         x, y = _inputs(batch.x), _inputs(batch.y)
         pred = self.model(x, training=False)
@@ -296,7 +247,6 @@ class KerasRunner(Runner):
         self._remember_sample(batch)
         return (float(loss) if loss is not None else float("nan")), _outputs(pred)
 
-    @_forward
     def predict_batch(self, batch: Batch) -> list[np.ndarray]:
         try:
             out = self.model(_inputs(batch.x), training=False)
@@ -306,7 +256,6 @@ class KerasRunner(Runner):
         return _outputs(out)
 
     # ------------------------------------------------------------ metrics
-    @_forward
     def metric_states(self) -> Any:
         metrics = _keras.compiled_metrics(self.model)
         values = [[np.asarray(v.numpy()) for v in m.variables] for m in metrics]
@@ -316,7 +265,6 @@ class KerasRunner(Runner):
         self._rows = 0
         return state if state["rows"] else {"rows": 0, "values": None, "sample": None}
 
-    @_forward
     def merge_metric_states(self, states: list[Any]) -> dict[str, float]:
         live = [s for s in states if s and s["rows"]]
         if not live:
@@ -343,10 +291,7 @@ class KerasRunner(Runner):
     # ------------------------------------------------------------ callbacks
     def begin_fit(self, options: dict[str, Any]) -> None:
         """Options of one ``fit`` call: Keras callbacks, class weights, epochs, steps."""
-        self.fit_options = dict(options)  # here too: native_batches reads them in this process
-        if self.child is not None:
-            self.child.call("begin_fit", options)
-            return
+        self.fit_options = dict(options)
         callbacks = [cb for cb in options.get("callbacks") or []
                      if self.rank == 0 or type(cb).__name__ not in WRITERS]
         self.keras_callbacks = callbacks
@@ -355,7 +300,6 @@ class KerasRunner(Runner):
             cb.set_model(self.model)
             cb.set_params({"epochs": options.get("epochs"), "steps": options.get("steps"), "verbose": 0})
 
-    @_forward
     def keras_event(self, name: str, *args: Any) -> bool:
         """Call ``name`` on every Keras callback; True when one asked to stop training."""
         if name == "on_epoch_begin":
@@ -364,47 +308,41 @@ class KerasRunner(Runner):
             getattr(cb, name)(*args)
         return bool(getattr(self.model, "stop_training", False))
 
-    def native_batches(self, creator: Any, batch_size: int, training: bool) -> Iterator[Batch]:
+    def native_batches(self, creator: Any, batch_size: int, training: bool,
+                       steps: int | None = None) -> Iterator[Batch]:
+        """This rank's batches of the creator's batched ``tf.data.Dataset``: batches ``rank, rank +
+        world, ...`` (no batch repeated or padded; the engine keeps the ranks in lock-step), at most
+        ``steps`` of them."""
         import tensorflow as tf
 
         ds = creator(self.config, batch_size)
         if not isinstance(ds, tf.data.Dataset):
             raise TypeError(f"the data creator returned {type(ds).__name__}; return a batched tf.data.Dataset.")
-        world, rank = self.rendezvous.world_size, self.rendezvous.rank  # type: ignore[union-attr]
-        steps = self.fit_options.get("steps_per_epoch" if training else "validation_steps")
-        n = int(ds.cardinality())
-        if steps is None and n < 0:
-            raise ValueError("the data creator's dataset has an unknown or infinite size; pass steps_per_epoch "
-                             "(and validation_steps) to fit.")
-        if training:  # every rank takes the same number of batches (lock-step)
-            steps = steps if steps is not None else max(1, n // world)
-            ds = ds.repeat().shard(world, rank).take(steps)
-        else:
-            ds = ds.shard(world, rank)
-            if steps is not None:
-                ds = ds.take(steps)
+        if int(ds.cardinality()) == tf.data.INFINITE_CARDINALITY and steps is None:
+            raise ValueError("the data creator's dataset is infinite; pass steps_per_epoch (and validation_steps) "
+                             "to fit.")
+        if self.world > 1:
+            ds = ds.shard(self.world, self.rank)
+        if steps is not None:
+            ds = ds.take(steps)
         for item in ds.as_numpy_iterator():
             if isinstance(item, dict):
                 raise TypeError("a dataset of dicts is not supported; yield (features, labels) tuples.")
             items = list(item) if isinstance(item, tuple) else [item]
             x, y = items[0], items[1:2]
             xs = list(x) if isinstance(x, tuple) else [x]
-            rows = len(xs[0])
-            yield Batch(x=xs, y=[np.asarray(a) for a in y], size=rows, weight=1.0, global_size=rows * world)
+            yield Batch(x=xs, y=[np.asarray(a) for a in y], size=len(xs[0]))
 
     # ------------------------------------------------------------ state
-    @_forward
     def weights(self) -> list[np.ndarray]:
         return [np.asarray(w) for w in self.model.get_weights()]
 
-    @_forward
     def get_state(self) -> dict[str, Any]:
         state: dict[str, Any] = {"weights": self.model.get_weights()}
         if getattr(self.model, "optimizer", None) is not None:
             state["optimizer"] = [np.asarray(v.numpy()) for v in _keras.optimizer_variables(self.model)]
         return state
 
-    @_forward
     def set_state(self, state: dict[str, Any]) -> None:
         self.model.set_weights(state["weights"])
         self._synced = True

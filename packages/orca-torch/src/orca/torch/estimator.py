@@ -6,15 +6,18 @@ from collections.abc import Sequence
 from typing import Any
 
 import torch
-from orca.core.engine.adapters import DataSource
-from orca.core.engine.errors import NotFittedError
-from orca.core.engine.estimator import BaseEstimator
-from orca.core.engine.runner import solo_runner
+from orca.core.plugin import (
+    Backend,
+    BaseEstimator,
+    CreatorSource,
+    DataSource,
+    NotFittedError,
+    declare,
+    solo_runner,
+)
 from orca.torch._spec import build_model, check_loss, check_model, describe_optimizer
 from orca.torch.runner import BigDLTorchRunner, TorchRunner
 from torch import nn
-
-_LATER = {"horovod": "a later issue"}
 
 
 class Estimator(BaseEstimator):
@@ -24,8 +27,12 @@ class Estimator(BaseEstimator):
     ``load``, ``get_model``. See :class:`orca.core.engine.BaseEstimator` for the shared flow.
     """
 
-    runner_cls: type[TorchRunner] = TorchRunner
-    launchers = {"bigdl": "spark", "ray": "ray", "spark": "spark"}
+    backends = declare(
+        Backend("bigdl", "spark", BigDLTorchRunner,
+                "Spark barrier tasks kept in step by Orca's parameter sync (orca.core.sync), as BigDL's"),
+        Backend("ray", "ray", TorchRunner, "Ray actors, gradients all-reduced by torch.distributed (gloo)"),
+        Backend("spark", "spark", TorchRunner, "Spark barrier tasks, gradients all-reduced by torch.distributed"),
+    )
 
     @classmethod
     def from_torch(
@@ -82,11 +89,6 @@ class Estimator(BaseEstimator):
             ...     m.parameters(), lr=0.1), loss=nn.MSELoss(), backend="spark")  # doctest: +SKIP
             >>> est.fit(df, epochs=2, batch_size=64, feature_cols=["x"], label_cols=["y"])  # doctest: +SKIP
         """
-        if backend in _LATER:
-            raise ValueError(f"backend={backend!r} is not available yet (tracked in issue {_LATER[backend]}); "
-                             "use backend='bigdl', 'ray' or 'spark'.")
-        if backend not in cls.launchers:
-            raise ValueError(f"backend={backend!r} is not supported; use 'bigdl', 'ray' or 'spark'.")
         if model is not None:
             check_model(model)
         check_loss(loss)
@@ -98,16 +100,8 @@ class Estimator(BaseEstimator):
             "scheduler_creator": scheduler_creator,
             "seed": seed,
         }
-        from orca.core.context import OrcaContext
-
-        ctx = OrcaContext.active()
-        if ctx is not None:
-            spec["timeout_s"] = ctx.settings.worker_timeout_s
-        est = cls(spec=spec, backend=backend, workers_per_node=workers_per_node, metrics=metrics,
-                  model_dir=model_dir, sync_stats=sync_stats, use_tqdm=use_tqdm)
-        if backend == "bigdl":
-            est.runner_cls = BigDLTorchRunner
-        return est
+        return cls(spec=spec, backend=backend, workers_per_node=workers_per_node, metrics=metrics,
+                   model_dir=model_dir, sync_stats=sync_stats, use_tqdm=use_tqdm)
 
     # ------------------------------------------------------------ adapters
     def extra_adapters(self) -> Sequence[Any]:
@@ -127,12 +121,12 @@ class Estimator(BaseEstimator):
                 return DataLoader(dataset, batch_size=max(1, bs // world), shuffle=shuffle,
                                   collate_fn=collate, drop_last=drop_last)
 
-            return DataSource("creator", creator)
+            return CreatorSource(creator)
 
         return (loader_adapter,)
 
     def _require_model(self) -> None:
-        if self.spec.get("model") is None and self._state is None:
+        if self.spec.get("model") is None and self.get_state() is None:
             raise NotFittedError("this Estimator has no model: pass model=... to from_torch, or load() a saved "
                                  "entire model first.")
 
@@ -176,17 +170,14 @@ class Estimator(BaseEstimator):
         with fsspec.open(path, "rb") as fh:
             obj = torch.load(fh, weights_only=weights_only, map_location="cpu")
         if isinstance(obj, nn.Module):
-            self.spec = dict(self.spec, model=obj)
+            self._replace_spec(dict(self.spec, model=obj))  # workers built from the old module stop
             sd = obj.state_dict()
         else:
             sd = obj
         if self.spec.get("model") is None:
             raise NotFittedError("load() of a state dict needs model=... in from_torch to load it into.")
-        state = self.get_state() if (self._state is not None or (self._ray and self._ray.started)) else None
+        state = self.get_state()
         if state is None:
             model = build_model(self.spec["model"], self.spec.get("config") or {})
             state = {"model": model.state_dict()}
-        state = dict(state, model=sd)
-        if self._ray is not None and self._ray.started and isinstance(obj, nn.Module):
-            self._ray.shutdown()
-        self.set_state(state)
+        self.set_state(dict(state, model=sd))

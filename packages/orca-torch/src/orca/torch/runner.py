@@ -17,8 +17,7 @@ import numpy as np
 
 import torch
 import torch.distributed as dist
-from orca.core.engine.feed import Batch
-from orca.core.engine.runner import Collective, Rendezvous, Runner
+from orca.core.plugin import Batch, Rendezvous, Runner
 from orca.torch._spec import build_loss, build_model, build_optimizer
 from torch import nn
 
@@ -46,27 +45,15 @@ def _outputs(out: Any) -> list[torch.Tensor]:
     raise TypeError(f"the model returned {type(out).__name__}; return a tensor or a tuple of tensors.")
 
 
-class _TorchCollective(Collective):
-    """allgather of small objects over the runner's gloo process group."""
-
-    def __init__(self, world: int) -> None:
-        self.world = world
-
-    def allgather(self, obj: Any) -> list[Any]:
-        out: list[Any] = [None] * self.world
-        dist.all_gather_object(out, obj)
-        return out
-
-
 class TorchRunner(Runner):
     """Runs a torch model in one Orca worker."""
 
+    def seed_framework(self, seed: int) -> None:
+        torch.manual_seed(seed)
+
     def setup(self, rendezvous: Rendezvous) -> None:
+        torch.set_num_threads(self.threads)
         super().setup(rendezvous)
-        torch.set_num_threads(int(self.spec.get("threads", 1)))
-        seed = self.spec.get("seed")
-        if seed is not None:
-            torch.manual_seed(int(seed))
         self.model: nn.Module = build_model(self.spec["model"], self.config)
         self.model.train()
         self.optimizer = build_optimizer(self.spec.get("optimizer"), self.model, self.config)
@@ -74,8 +61,6 @@ class TorchRunner(Runner):
         creator = self.spec.get("scheduler_creator")
         self.scheduler = creator(self.optimizer, self.config) if creator and self.optimizer else None
         self.float_dtype = next((p.dtype for p in self.model.parameters() if p.is_floating_point()), torch.float32)
-        self.world = rendezvous.world_size
-        self.rank = rendezvous.rank
         self.epoch = 0
         if self.world > 1:
             self._join_group(rendezvous)
@@ -85,10 +70,10 @@ class TorchRunner(Runner):
 
     # ---------------------------------------------------------------- the group (gloo here; see BigDLTorchRunner)
     def _join_group(self, rendezvous: Rendezvous) -> None:
-        """Join the workers' process group (only called when there are several workers)."""
+        """Join the workers' gloo process group (only called when there are several workers)."""
         if dist.is_initialized():
             dist.destroy_process_group()
-        timeout = datetime.timedelta(seconds=float(self.spec.get("timeout_s", 600)))
+        timeout = datetime.timedelta(seconds=self.timeout_s)
         if rendezvous.master_addr.startswith("127."):
             os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")  # keep gloo on loopback
         dist.init_process_group("gloo", init_method=f"tcp://{rendezvous.master_addr}:{rendezvous.master_port}",
@@ -103,12 +88,10 @@ class TorchRunner(Runner):
         """Overwrite ``t`` in place with rank 0's ``t``."""
         dist.broadcast(t, src=0)
 
-    def collective(self) -> Collective | None:
-        return _TorchCollective(self.world) if self.world > 1 and dist.is_initialized() else None
-
     def shutdown(self) -> None:
         if self.world > 1 and dist.is_initialized():
             dist.destroy_process_group()
+        super().shutdown()
 
     # ---------------------------------------------------------------- steps
     def _loss(self, out: Any, y: list[torch.Tensor]) -> torch.Tensor:
@@ -203,32 +186,32 @@ class TorchRunner(Runner):
                     if b.is_floating_point():
                         self._allreduce_mean_(b.data)
 
-    def native_batches(self, creator: Any, batch_size: int, training: bool) -> Iterator[Batch]:
+    def native_batches(self, creator: Any, batch_size: int, training: bool,
+                       steps: int | None = None) -> Iterator[Batch]:
+        """This rank's batches of the creator's DataLoader: rows ``rank, rank + world, ...`` of the
+        dataset (of one permutation shared by every rank, when the loader shuffles), no row padded
+        or repeated; the engine keeps the ranks in lock-step."""
         from torch.utils.data import DataLoader, RandomSampler, Subset
-        from torch.utils.data.distributed import DistributedSampler
 
         loader = creator(self.config, batch_size)
         if not isinstance(loader, DataLoader):
             raise TypeError(f"the data creator returned {type(loader).__name__}; return a torch DataLoader.")
         if self.world > 1:
-            shuffle = isinstance(loader.sampler, RandomSampler)
-            kwargs = {"batch_size": loader.batch_size, "collate_fn": loader.collate_fn,
-                      "num_workers": loader.num_workers, "drop_last": loader.drop_last}
-            if training:
-                sampler = DistributedSampler(loader.dataset, num_replicas=self.world, rank=self.rank,
-                                             shuffle=shuffle, seed=int(self.spec.get("seed") or 0))
-                sampler.set_epoch(self.epoch)
-                loader = DataLoader(loader.dataset, sampler=sampler, **kwargs)
-            else:
-                idx = list(range(self.rank, len(loader.dataset), self.world))  # type: ignore[arg-type]
-                loader = DataLoader(Subset(loader.dataset, idx), **kwargs)
-        for item in loader:
+            n = len(loader.dataset)  # type: ignore[arg-type]
+            order = np.arange(n)
+            if training and isinstance(loader.sampler, RandomSampler):
+                order = np.random.default_rng([int(self.spec.get("seed") or 0), self.epoch]).permutation(n)
+            loader = DataLoader(Subset(loader.dataset, order[self.rank::self.world].tolist()),
+                                batch_size=loader.batch_size, collate_fn=loader.collate_fn,
+                                num_workers=loader.num_workers, drop_last=loader.drop_last)
+        for i, item in enumerate(loader):
+            if steps is not None and i >= steps:
+                return
             if isinstance(item, dict):
                 raise TypeError("a DataLoader of dicts is not supported yet; yield (inputs..., target) tuples.")
             items = list(item) if isinstance(item, (list, tuple)) else [item]
             x, y = (items[:-1], items[-1:]) if len(items) > 1 else (items, [])
-            n = len(items[0])
-            yield Batch(x=x, y=y, size=n, weight=1.0, global_size=n * self.world)
+            yield Batch(x=x, y=y, size=len(items[0]))
 
     # ---------------------------------------------------------------- state
     def weights(self) -> list[np.ndarray]:
@@ -260,9 +243,7 @@ class BigDLTorchRunner(TorchRunner):
     """
 
     def _join_group(self, rendezvous: Rendezvous) -> None:
-        from orca.core.sync import SyncGroup
-
-        self.group = SyncGroup.from_rendezvous(rendezvous, timeout_s=float(self.spec.get("timeout_s", 600)))
+        """Nothing to join: the base Runner's sync group is the transport."""
 
     def _allreduce_mean_(self, t: torch.Tensor) -> None:
         if t.dtype in (torch.float32, torch.float64) and t.is_contiguous():
@@ -279,12 +260,3 @@ class BigDLTorchRunner(TorchRunner):
         tmp = t.detach().to(torch.float32 if t.dtype == torch.bfloat16 else t.dtype).contiguous().numpy()
         self.group.broadcast(tmp)
         t.copy_(torch.from_numpy(tmp))
-
-    def collective(self) -> Collective | None:
-        return self.group if self.world > 1 else None
-
-    def shutdown(self) -> None:
-        group = getattr(self, "group", None)
-        if group is not None:
-            group.close()
-            self.group = None

@@ -10,36 +10,21 @@ message that names the argument and what is accepted.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from orca.core.engine.convert import Part, check_part, shard_to_part
-
-
-@dataclass
-class DataSource:
-    """Validated input data, ready for a backend.
-
-    Attributes:
-        kind: ``dataframe`` | ``xshards`` | ``local`` | ``creator`` | ``ray_dataset``.
-        obj: the DataFrame, XShards, list of parts, creator function or Ray Dataset.
-        feature_cols: input column names (DataFrame, pandas shards, Ray Dataset).
-        label_cols: target column names.
-        num_rows: rows when known without a pass over the data (``None`` otherwise).
-    """
-
-    kind: str
-    obj: Any
-    feature_cols: list[str] | None = None
-    label_cols: list[str] | None = None
-    num_rows: int | None = None
-
-    @property
-    def is_creator(self) -> bool:
-        """True for a data-creator function."""
-        return self.kind == "creator"
+from orca.core.engine.sources import (
+    ArraySource,
+    CreatorSource,
+    DataFrameSource,
+    DataSource,
+    LocalShardsSource,
+    RayDatasetSource,
+    RayShardsSource,
+    SparkShardsSource,
+)
 
 
 def _cols(value: str | Sequence[str] | None, arg: str) -> list[str] | None:
@@ -61,7 +46,8 @@ def _is_ray_dataset(data: Any) -> bool:
     return type(data).__module__.startswith("ray.data") and type(data).__name__ in ("Dataset", "MaterializedDataset")
 
 
-def _is_xshards(data: Any) -> bool:
+def is_xshards(data: Any) -> bool:
+    """True for an :class:`orca.core.data.XShards`."""
     try:
         from orca.core.data import XShards
     except ImportError:  # pragma: no cover - orca.core.data always ships
@@ -184,7 +170,7 @@ def get_data_source(
         if need_labels and not lcols:
             raise ValueError(f"{arg} is a Spark DataFrame: give label_cols=[...] naming the target column(s).")
         spark_column_check(data, fcols, lcols or [], arg, allow_strings)
-        return DataSource("dataframe", data, fcols, lcols or [])
+        return DataFrameSource(data, fcols, lcols or [])
     if _is_ray_dataset(data):
         if not fcols:
             raise ValueError(f"{arg} is a Ray Dataset: give feature_cols=[...].")
@@ -194,8 +180,8 @@ def get_data_source(
         missing = [c for c in fcols + (lcols or []) if c not in names]
         if missing:
             raise ValueError(f"{arg}: columns {missing} not found; the Ray Dataset has columns {names}.")
-        return DataSource("ray_dataset", data, fcols, lcols or [])
-    if _is_xshards(data):
+        return RayDatasetSource(data, fcols, lcols or [])
+    if is_xshards(data):
         # validate the first shard where it lives; only the verdict comes back
         labels = lcols if need_labels else (lcols or [])
         try:
@@ -205,7 +191,9 @@ def get_data_source(
         if verdict is not None:
             kind, message = verdict
             raise {"TypeError": TypeError}.get(kind, ValueError)(message)
-        return DataSource("xshards", data, fcols, lcols)
+        if hasattr(data, "rdd"):
+            return SparkShardsSource(data, fcols, lcols)
+        return (RayShardsSource if hasattr(data, "refs") else LocalShardsSource)(data, fcols, lcols)
     if isinstance(data, (np.ndarray, dict)) or (isinstance(data, tuple) and len(data) == 2):
         try:
             parts = _local_parts(data, arg)
@@ -215,11 +203,11 @@ def get_data_source(
         rows = len(parts[0]["x"][0]) if parts[0]["x"] else 0
         if rows == 0:
             raise ValueError(f"{arg} is empty (0 rows).")
-        return DataSource("local", parts, num_rows=rows)
+        return ArraySource(parts, num_rows=rows)
     if callable(data):
         if not allow_creator:
             raise TypeError(f"{arg}: a data-creator function is not accepted here; pass data itself.")
-        return DataSource("creator", data)
+        return CreatorSource(data)
     raise TypeError(
         f"{arg} of type {type(data).__name__} is not supported; pass a Spark DataFrame (with feature_cols/"
         "label_cols), an XShards, a numpy array / dict {'x':..., 'y':...} / (x, y) tuple, a Ray Dataset, or a "

@@ -27,7 +27,8 @@ from typing import Any
 
 import cloudpickle
 
-from orca.core.engine.runner import Rendezvous
+from orca.core.engine.feed import Batch
+from orca.core.engine.runner import Rendezvous, Runner
 
 #: errors a child's traceback is re-raised as on the parent side (by the exception's name)
 _KNOWN = {"ValueError": ValueError, "TypeError": TypeError, "KeyError": KeyError,
@@ -44,7 +45,7 @@ def _serve(conn: Any, preload: Sequence[str]) -> None:
         if job[0] == "__exit__":  # a spare closed before it got a runner
             return
         runner_cls, spec, rendezvous = job
-        runner = runner_cls(dict(spec, in_child=True))
+        runner = runner_cls(dict(spec, in_child=True))  # its parent holds the sync group
         runner.setup(rendezvous)
         conn.send((True, None))
     except (EOFError, OSError):  # the parent went away while this was a spare
@@ -188,3 +189,86 @@ def drop_spares() -> None:
         _spares.clear()
     for child in spares:
         child.close()
+
+
+class ChildRunner(Runner):
+    """Stands in for a runner hosted in a child process (see :meth:`Runner.needs_child`).
+
+    The group's sync layer and the reading of native loaders stay in this process (they need
+    no framework state); every other call goes to the child's runner. Methods a framework
+    adds (``runner.begin_fit(...)`` from its callbacks) are forwarded by name.
+    """
+
+    def __init__(self, runner_cls: type[Runner], spec: dict[str, Any]) -> None:
+        super().__init__(spec)
+        self.runner_cls = runner_cls
+        #: a copy of the runner in this process, never set up: it reads native loaders
+        self.local = runner_cls(spec)
+        self.child: ChildProcess | None = None
+
+    def setup(self, rendezvous: Rendezvous) -> None:
+        super().setup(rendezvous)
+        self.local.rendezvous, self.local.rank, self.local.world = rendezvous, self.rank, self.world
+        self.local.group = self.group
+        self.child = start_child(self.runner_cls, self.spec, rendezvous, preload=self.runner_cls.child_preload,
+                                 timeout_s=self.timeout_s, what=f"the {self.runner_cls.__name__} worker process")
+
+    def shutdown(self) -> None:
+        if self.child is not None:
+            self.child.close()  # the child's runner shuts down with it
+            self.child = None
+        super().shutdown()
+
+    def _call(self, name: str, *args: Any) -> Any:
+        if self.child is None:
+            raise RuntimeError(f"{self.runner_cls.__name__}: the worker process is not running.")
+        return self.child.call(name, *args)
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("_") or "child" not in self.__dict__:
+            raise AttributeError(name)
+        return lambda *args: self._call(name, *args)
+
+    def train_batch(self, batch: Batch) -> float:
+        return self._call("train_batch", batch)
+
+    def eval_batch(self, batch: Batch) -> tuple[float, list[Any]]:
+        return self._call("eval_batch", batch)
+
+    def predict_batch(self, batch: Batch) -> list[Any]:
+        return self._call("predict_batch", batch)
+
+    def native_batches(self, creator: Any, batch_size: int, training: bool, steps: int | None = None) -> Any:
+        return self.local.native_batches(creator, batch_size, training, steps)
+
+    def metric_states(self) -> Any:
+        return self._call("metric_states")
+
+    def merge_metric_states(self, states: list[Any]) -> dict[str, float]:
+        return self._call("merge_metric_states", states)
+
+    def on_epoch_end(self, epoch: int) -> None:
+        self._call("on_epoch_end", epoch)
+
+    def get_state(self) -> dict[str, Any]:
+        return self._call("get_state")
+
+    def set_state(self, state: dict[str, Any]) -> None:
+        self._call("set_state", state)
+
+    def weights(self) -> list[Any]:
+        return self._call("weights")
+
+    def weights_digest(self) -> str:
+        return self._call("weights_digest")
+
+    def save_checkpoint(self, path: str, epoch: int) -> None:
+        self._call("save_checkpoint", path, epoch)
+
+
+def host_runner(runner_cls: type[Runner], spec: dict[str, Any], rendezvous: Rendezvous) -> Runner:
+    """Build and set up ``runner_cls(spec)`` for ``rendezvous``: here, or in a child process when
+    the runner says this process cannot host it. Every launcher builds its runners here."""
+    runner = ChildRunner(runner_cls, spec) if runner_cls.needs_child(spec, rendezvous) else runner_cls(spec)
+    runner.setup(rendezvous)
+    return runner

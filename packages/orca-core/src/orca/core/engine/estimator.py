@@ -1,130 +1,119 @@
 """BaseEstimator: the fit/evaluate/predict/save flow every framework shares.
 
-A framework's Estimator subclasses it, names its :class:`Runner` and backends, and adds
-only what is framework-specific (``get_model``, the file format of ``save``/``load``).
+A framework's Estimator subclasses it, declares its backends (:mod:`orca.core.engine.backend`)
+and adds only what is framework-specific (``get_model``, the file format of ``save``/``load``).
+
+The driver owns the model state (:class:`~orca.core.engine.group.ModelState`): every call
+hands it to the worker group, ``fit`` replaces it with the state it trained, and nothing a
+worker does (an error, a crash, a timeout) can take it back.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Mapping, Sequence
+from typing import Any, ClassVar
 
-import numpy as np
-
-from orca.core.engine.adapters import DataSource, get_data_source
+from orca.core.engine.backend import Backend, resolve_backend
 from orca.core.engine.callbacks import Callback, latest_checkpoint
-from orca.core.engine.errors import check_positive_int
+from orca.core.engine.errors import OrcaWorkerError, check_positive_int
+from orca.core.engine.group import ModelState, WorkerGroup
 from orca.core.engine.history import History
 from orca.core.engine.loop import FitArgs, merge_eval_states
-from orca.core.engine.predict import add_predictions, predict_dataframe, predict_spark_shards
-from orca.core.engine.ray_backend import RayWorkerGroup
 from orca.core.engine.runner import Runner
-from orca.core.engine.spark_backend import SparkWorkerGroup
+from orca.core.engine.sources import DataFrameSource, DataSource
 
 log = logging.getLogger("orca")
 
 
 class BaseEstimator:
-    """The shared Estimator flow. Subclasses set ``runner_cls`` and ``launchers``.
+    """The shared Estimator flow. Subclasses declare ``backends``.
 
     Args:
         spec: picklable description the runner builds the model from.
-        backend: the user's backend name.
+        backend: the user's backend name (one of the subclass' ``backends``).
         workers_per_node: workers on each node.
         metrics: metric spec (see :func:`orca.core.engine.metrics.make_metrics`).
         model_dir: where checkpoints go by default.
         sync_stats: report the merged stats for every worker (``reduce_results=False``).
         use_tqdm: show a progress bar on the driver.
+
+    Raises:
+        ValueError: an unknown backend (the message lists the choices) or a bad worker count.
+        ImportError: the backend needs a package that is not installed (the message says how).
     """
 
-    runner_cls: type[Runner]
-    #: backend name -> launcher: "ray" (actors) or "spark" (barrier tasks)
-    launchers: dict[str, str] = {}
+    #: backend name -> :class:`Backend`, declared by each framework (see :func:`orca.core.engine.backend.declare`)
+    backends: ClassVar[Mapping[str, Backend]] = {}
     #: an Estimator that can only predict (e.g. a compiled inference runtime): fit/evaluate raise
     inference_only: bool = False
 
     def __init__(self, *, spec: dict[str, Any], backend: str, workers_per_node: int = 1, metrics: Any = None,
                  model_dir: str | None = None, sync_stats: bool = False, use_tqdm: bool = True) -> None:
-        if backend not in self.launchers:
-            raise ValueError(f"backend={backend!r} is not supported by {type(self).__module__}.Estimator; "
-                             f"use one of {sorted(self.launchers)}.")
+        self._backend = resolve_backend(self.backends, backend, f"{type(self).__module__}.Estimator")
         check_positive_int("workers_per_node", workers_per_node)
         from orca.core.engine.metrics import make_metrics
 
         make_metrics(metrics)  # validate now, on the driver
         self.spec = spec
         self.backend = backend
+        self.runner_cls: type[Runner] = self._backend.runner_cls()
         self.workers_per_node = workers_per_node
         self.metrics = metrics
         self.model_dir = model_dir
         self.sync_stats = sync_stats
         self.use_tqdm = use_tqdm
-        self._state: Any = None
-        self._ray: RayWorkerGroup | None = None
+        self._model = ModelState()
+        self._group: WorkerGroup | None = None
+        self._digests: list[str] = []
         self._epoch = 0
 
     # ------------------------------------------------------------- workers
     @property
     def launcher(self) -> str:
         """``ray`` or ``spark``: who starts this estimator's workers."""
-        return self.launchers[self.backend]
+        return self._backend.launcher
 
     def _ctx(self) -> Any:
         from orca.core.context import OrcaContext
 
         return OrcaContext.current()
 
+    def _size(self) -> tuple[int, int]:
+        return self._backend.group_cls().size(self._ctx(), self.workers_per_node)
+
     @property
     def num_workers(self) -> int:
         """Workers in the group: nodes x ``workers_per_node``."""
-        ctx = self._ctx()
-        if self.launcher == "ray":
-            nodes = ctx.ray_runtime().num_nodes if ctx.has_ray or ctx.runtime == "ray" else ctx.num_nodes
-            return max(1, nodes) * self.workers_per_node
-        return max(1, ctx.num_nodes) * self.workers_per_node
+        return self._size()[0]
 
     def _threads(self) -> int:
         """CPUs (and intra-op threads) per worker: a node's CPUs shared by its workers."""
-        ctx = self._ctx()
-        if self.launcher == "ray" and (ctx.has_ray or ctx.runtime == "ray"):
-            cpus = [c for c in ctx.ray_runtime().cpus_per_node if c > 0] or [ctx.cores]
-            return max(1, min(cpus) // self.workers_per_node)
-        return max(1, ctx.cores // self.workers_per_node)
+        return self._size()[1]
 
-    def _ray_group(self) -> RayWorkerGroup:
-        if self._ray is None:
-            ctx = self._ctx()
-            self._ray = RayWorkerGroup(self.runner_cls, self.spec, self.num_workers, self._threads(),
-                                       ctx.settings.worker_timeout_s)
-        if not self._ray.started:
-            # the actors start while the call that needs them stages its data; the group's
-            # methods wait for them (and load this state) before they use them
-            self._ray.launch(self._state)
-        return self._ray
+    def _workers(self) -> WorkerGroup:
+        """This Estimator's worker group (its workers start on the first call that needs them)."""
+        if self._group is None:
+            workers, threads = self._size()
+            timeout_s = self._ctx().settings.worker_timeout_s
+            self._group = self._backend.group_cls()(self.runner_cls, dict(self.spec, timeout_s=timeout_s), workers,
+                                                   threads, timeout_s)
+        return self._group
 
-    def _prepare_ray_sources(self, *sources: DataSource | None) -> None:
-        """Run a Ray Dataset's pending transforms now: its tasks need CPUs that the actors hold,
-        so the actors step aside (state kept on the driver) while it materializes."""
-        pending = [s for s in sources if s is not None and s.kind == "ray_dataset"
-                   and type(s.obj).__name__ != "MaterializedDataset"]
-        if not pending:
-            return
-        if self._ray is not None and self._ray.started:
-            self._state = self._ray.get_state()
-            self._ray.shutdown()
-        for s in pending:
-            cols = list(s.feature_cols or []) + [c for c in (s.label_cols or []) if c not in (s.feature_cols or [])]
-            s.obj = s.obj.select_columns(cols).materialize()
-
-    def _spark_group(self) -> SparkWorkerGroup:
-        return SparkWorkerGroup(self.runner_cls, self.spec, self.num_workers, self._threads())
+    def _replace_spec(self, spec: dict[str, Any]) -> None:
+        """Build from ``spec`` from now on: workers built from the old one stop."""
+        self.spec = spec
+        if self._group is not None:
+            self._group.shutdown()
+            self._group = None
 
     def extra_adapters(self) -> Sequence[Any]:
         """Framework hooks for native loader objects (see ``get_data_source``)."""
         return ()
 
     def _source(self, data: Any, feature_cols: Any, label_cols: Any, need_labels: bool, arg: str) -> DataSource:
+        from orca.core.engine.adapters import get_data_source
+
         return get_data_source(data, feature_cols=feature_cols, label_cols=label_cols, need_labels=need_labels,
                                arg=arg, extra_adapters=self.extra_adapters())
 
@@ -138,7 +127,8 @@ class BaseEstimator:
     def fit(self, data: Any, epochs: int = 1, batch_size: int = 32, feature_cols: Any = None,
             label_cols: Any = None, validation_data: Any = None, callbacks: list[Callback] | None = None,
             max_steps: int | None = None, shuffle: bool = True, reduce_results: bool = True,
-            validation_freq: int = 1) -> History:
+            validation_freq: int = 1, steps_per_epoch: int | None = None,
+            validation_steps: int | None = None) -> History:
         """Train on ``data`` for ``epochs`` epochs, data-parallel over the workers.
 
         Args:
@@ -155,6 +145,8 @@ class BaseEstimator:
             reduce_results: ``False`` returns per-worker stats (identical here: stats are merged).
             validation_freq: validate only after epochs whose (1-based) number is a multiple of
                 this; the other epochs skip the validation pass on every rank.
+            steps_per_epoch: batches per epoch of a data creator's loader (default: all of it).
+            validation_steps: batches per validation pass of a data creator's loader.
 
         Returns:
             A :class:`History`: per-epoch ``epoch``, ``num_samples``, ``batch_count``,
@@ -162,48 +154,62 @@ class BaseEstimator:
 
         Raises:
             ValueError / TypeError: bad input, named on the driver before any work starts.
-            OrcaWorkerError: a worker failed; carries its traceback.
+            OrcaWorkerError: a worker failed; carries its traceback. The Estimator keeps the
+                state of its last completed fit.
         """
         self._refuse_if_inference_only("fit")
         check_positive_int("epochs", epochs)
         check_positive_int("validation_freq", validation_freq)
+        for name, value in (("max_steps", max_steps), ("steps_per_epoch", steps_per_epoch),
+                            ("validation_steps", validation_steps)):
+            if value is not None:
+                check_positive_int(name, value)
         self._check_batch_size(batch_size)
         src = self._source(data, feature_cols, label_cols, True, "data")
         val = None
         if validation_data is not None:
             val = self._source(validation_data, feature_cols, label_cols, True, "validation_data")
-            if "dataframe" in (src.kind, val.kind) and src.kind != val.kind:
-                raise ValueError(f"data is {src.kind} but validation_data is {val.kind}; pass both as Spark "
+            if isinstance(src, DataFrameSource) != isinstance(val, DataFrameSource):
+                raise ValueError(f"data is {src.what} but validation_data is {val.what}; pass both as Spark "
                                  "DataFrames or convert one (XShards.from_spark_df / xshards.to_spark_df()).")
         for cb in callbacks or []:
             if not isinstance(cb, Callback):
                 raise TypeError(f"callbacks: {cb!r} is not an orca Callback.")
-        args = FitArgs(epochs=epochs, batch_size=batch_size, shuffle=shuffle, seed=int(self.spec.get("seed", 0)),
+        args = FitArgs(epochs=epochs, batch_size=batch_size, shuffle=shuffle, seed=int(self.spec.get("seed") or 0),
                        max_steps=max_steps, metrics=self.metrics, start_epoch=self._epoch,
-                       callbacks=list(callbacks or []), validation_freq=validation_freq)
+                       callbacks=list(callbacks or []), validation_freq=validation_freq,
+                       steps_per_epoch=steps_per_epoch, validation_steps=validation_steps)
         progress = None
         if self.use_tqdm:
             from orca.core.engine.progress import ProgressServer, driver_host
 
             progress = ProgressServer(driver_host())
             args.progress_address = progress.address
+        group = self._workers()
         try:
-            if self.launcher == "ray":
-                self._prepare_ray_sources(src, val)
-                history = self._ray_group().fit(src, val, args)
-            else:
-                group = self._spark_group()
-                history, self._state = group.fit(self._state, src, val, args)
-                self._spark_digests = group.last_digests
+            group.prepare(src, val)
+            result = group.fit(self._model, src, val, args)
+        except (OrcaWorkerError, TimeoutError) as exc:
+            exc.add_note(self._kept_note())
+            log.warning("fit failed: %s", self._kept_note())
+            raise
         finally:
             if progress is not None:
                 progress.close()
                 #: what rank 0 reported during the last fit (what the bar showed)
                 self.progress_events = list(progress.events)
+        self._model, self._digests = result.state, result.digests
+        history = result.history
         self._epoch += len(history)
         if not reduce_results:
             return History([[dict(h) for _ in range(self.num_workers)] for h in history])
         return History(history)
+
+    def _kept_note(self) -> str:
+        if self._model.value is None and self._epoch == 0:
+            return "The Estimator keeps its initial model (no fit has completed)."
+        return (f"The Estimator keeps the state of its last completed fit (after epoch {self._epoch}); "
+                "the failed call's progress is lost.")
 
     def evaluate(self, data: Any, batch_size: int = 32, feature_cols: Any = None,
                  label_cols: Any = None) -> dict[str, float]:
@@ -215,11 +221,9 @@ class BaseEstimator:
         self._refuse_if_inference_only("evaluate")
         self._check_batch_size(batch_size)
         src = self._source(data, feature_cols, label_cols, True, "data")
-        if self.launcher == "ray":
-            self._prepare_ray_sources(src)
-            states = self._ray_group().evaluate(src, batch_size, self.metrics)
-        else:
-            states = self._spark_group().evaluate(self._state, src, batch_size, self.metrics)
+        group = self._workers()
+        group.prepare(src)
+        states = group.evaluate(self._model, src, batch_size, self.metrics)
         return merge_eval_states(self.metrics, states, prefix="val_", runner=self._metric_runner())
 
     def _metric_runner(self) -> Runner | None:
@@ -246,56 +250,30 @@ class BaseEstimator:
         self._require_model()
         self._check_batch_size(batch_size)
         src = self._source(data, feature_cols, None, False, "data")
-        if src.kind == "creator":
+        if src.is_creator:
             raise TypeError("predict takes data, not a data-creator function.")
-        state = self.get_state()
-        if src.kind == "dataframe":
-            return predict_dataframe(self.runner_cls, self.spec, state, src.obj, list(src.feature_cols or []),
-                                     batch_size, output_cols, self._threads())
-        if src.kind == "xshards" and hasattr(src.obj, "rdd"):
-            return predict_spark_shards(self.runner_cls, self.spec, state, src.obj, src.feature_cols,
-                                        batch_size, output_cols, self._threads())
-        if self.launcher == "ray":
-            self._prepare_ray_sources(src)
-            outs = self._ray_group().predict(src, batch_size)
-        else:
-            outs = self._spark_group().predict_local(state, src, batch_size)
-        if src.kind == "xshards":
-            return self._shards_with_predictions(src, outs, output_cols)
-        return outs[0] if len(outs) == 1 else outs
-
-    def _shards_with_predictions(self, src: DataSource, outs: list[np.ndarray], output_cols: Any) -> Any:
-        from orca.core.data import XShards
-        from orca.core.engine.convert import part_rows, shard_to_part
-
-        result, start = [], 0
-        for shard in src.obj.collect():
-            n = part_rows(shard_to_part(shard, src.feature_cols, None))
-            result.append(add_predictions(shard, [o[start:start + n] for o in outs], output_cols))
-            start += n
-        return XShards.from_list(result, backend="ray" if hasattr(src.obj, "refs") else "local")
+        if src.on_executors:
+            return src.predict_on_executors(self.runner_cls, self.spec, self._model.value, batch_size, output_cols,
+                                            self._threads())
+        group = self._workers()
+        group.prepare(src)
+        return src.with_predictions(group.predict(self._model, src, batch_size), output_cols)
 
     def worker_weight_digests(self) -> list[str]:
-        """Digests of every worker's weights (after the last ``fit`` for the spark backend).
+        """Digests of every worker's weights at the end of the last ``fit``.
 
-        All equal means every replica holds bit-identical weights.
+        All equal means every replica held bit-identical weights.
         """
-        if self.launcher == "ray":
-            return self._ray_group().weight_digests()
-        return list(getattr(self, "_spark_digests", []))
+        return list(self._digests)
 
     # ------------------------------------------------------------- state
     def get_state(self) -> Any:
-        """The current training state (rank 0's), fetched from the workers if they hold it."""
-        if self.launcher == "ray" and self._ray is not None and self._ray.started:
-            return self._ray.get_state()
-        return self._state
+        """The training state the driver holds (``None`` before any fit, load or set_state)."""
+        return self._model.value
 
     def set_state(self, state: Any) -> None:
-        """Replace the training state on the driver and on any live workers."""
-        self._state = state
-        if self.launcher == "ray" and self._ray is not None and self._ray.started:
-            self._ray.set_state(state)
+        """Replace the training state; workers load it before their next call."""
+        self._model = ModelState(state, self._model.version + 1)
 
     def save_checkpoint(self, path: str) -> str:
         """Write model, optimizer and epoch to ``path`` (local or fsspec URL); returns the path."""
@@ -322,18 +300,13 @@ class BaseEstimator:
         return latest_checkpoint(directory)
 
     def shutdown(self) -> None:
-        """Stop this estimator's workers (Ray actors); the state stays on the driver."""
-        if self._ray is not None:
-            if self._ray.started:
-                try:
-                    self._state = self._ray.get_state()
-                except Exception:  # noqa: BLE001 - a dead group has nothing to give back
-                    log.debug("could not fetch state at shutdown", exc_info=True)
-            self._ray.shutdown()
+        """Stop this estimator's workers; the state stays on the driver."""
+        if self._group is not None:
+            self._group.shutdown()
 
     def __del__(self) -> None:  # pragma: no cover - best effort at GC
         try:
-            if self._ray is not None and self._ray.started:
-                self._ray.shutdown()
+            if self._group is not None:
+                self._group.shutdown()
         except Exception:  # noqa: BLE001
             pass

@@ -20,8 +20,6 @@ from orca.core.engine.feed import Feed, steps_per_epoch
 from orca.core.engine.metrics import Mean, Metric, make_metrics, merge_states
 from orca.core.engine.runner import Collective, Runner, SoloCollective
 
-Reporter = Callable[[dict[str, Any]], None]
-
 
 @dataclass
 class FitArgs:
@@ -41,6 +39,10 @@ class FitArgs:
     callbacks: list[Callback] = field(default_factory=list)
     #: where rank 0 sends progress (the driver's ProgressServer), if anywhere
     progress_address: tuple[str, int] | None = None
+    #: batches of one epoch of a data creator (``None``: the loader's own length)
+    steps_per_epoch: int | None = None
+    #: batches of one validation pass of a data creator
+    validation_steps: int | None = None
 
 
 def evaluate_feed(
@@ -88,15 +90,71 @@ def merge_eval_states(metric_spec: Any, states: Sequence[dict[str, Any]], prefix
     return out
 
 
+class _Progress(Callback):
+    """Rank 0's progress reports to the driver's bar, as an ordinary worker-side callback."""
+
+    def __init__(self, address: tuple[str, int], total_steps: int | None) -> None:
+        from orca.core.engine.progress import Reporter
+
+        self.reporter = Reporter(address)
+        self.total_steps = total_steps
+        self.epoch = 0
+
+    def on_train_begin(self, logs: dict[str, Any] | None = None) -> None:
+        self.reporter({"event": "begin", "total_steps": self.total_steps})
+
+    def on_epoch_begin(self, epoch: int, logs: dict[str, Any] | None = None) -> None:
+        self.epoch = epoch
+
+    def on_batch_end(self, step: int, logs: dict[str, Any] | None = None) -> None:
+        self.reporter({"event": "step", "epoch": self.epoch + 1, "loss": (logs or {}).get("loss", 0.0)})
+
+    def on_epoch_end(self, epoch: int, logs: dict[str, Any] | None = None) -> None:
+        self.reporter({"event": "epoch", **{k: v for k, v in (logs or {}).items() if isinstance(v, (int, float))}})
+
+    def close(self) -> None:
+        self.reporter.close()
+
+
+class CallbackList:
+    """Fans every hook out to the worker's callbacks; :meth:`close` releases what they hold."""
+
+    def __init__(self, callbacks: Sequence[Callback], runner: Runner, rank: int, world: int) -> None:
+        self.callbacks = list(callbacks)
+        for cb in self.callbacks:
+            cb.bind(runner, rank, world)
+
+    def __getattr__(self, hook: str) -> Callable[..., None]:
+        if not hook.startswith("on_"):
+            raise AttributeError(hook)
+
+        def fan_out(*args: Any) -> None:
+            for cb in self.callbacks:
+                getattr(cb, hook)(*args)
+
+        return fan_out
+
+    def close(self) -> None:
+        for cb in self.callbacks:
+            close = getattr(cb, "close", None)
+            if close is not None:
+                close()
+
+
+def _total_steps(counts: Sequence[int], feed: Feed | None, args: FitArgs) -> int | None:
+    if feed is None:
+        return args.steps_per_epoch * args.epochs if args.steps_per_epoch else None
+    total = steps_per_epoch(int(sum(counts)), args.batch_size) * args.epochs
+    return min(total, args.max_steps) if args.max_steps is not None else total
+
+
 def run_fit(
     runner: Runner,
     feed: Feed | None,
     val_feed: Feed | None,
     counts: Sequence[int],
     rank: int,
-    collective: Collective,
     args: FitArgs,
-    report: Reporter | None = None,
 ) -> list[dict[str, Any]]:
     """Train for ``args.epochs`` epochs and return the merged per-epoch stats (same on all ranks).
 
@@ -106,36 +164,33 @@ def run_fit(
         val_feed: this worker's validation rows, if any.
         counts: training rows on every rank (for the lock-step plan).
         rank: this worker's rank.
-        collective: small-object collective of the group.
         args: what fit asked for.
-        report: progress sink (rank 0 reports; others may pass ``None``).
     """
-    world = len(counts) if counts else 1
-    collective = SoloCollective() if world == 1 else (runner.collective() or collective)
-    own_reporter = None
-    if report is None and rank == 0 and args.progress_address is not None:
-        from orca.core.engine.progress import Reporter
+    world = runner.world
+    collective = runner.collective() if world > 1 else SoloCollective()
+    if collective is None:
+        raise RuntimeError(f"{type(runner).__name__} has no collective in a group of {world}; call "
+                           "Runner.setup() from the subclass' setup.")
+    extra: list[Callback] = []
+    if rank == 0 and args.progress_address is not None:
+        extra.append(_Progress(args.progress_address, _total_steps(counts, feed, args)))
+    callbacks = CallbackList([*args.callbacks, *extra], runner, rank, world)
+    try:
+        return _fit_epochs(runner, feed, val_feed, counts, rank, collective, args, callbacks)
+    finally:
+        callbacks.close()
 
-        report = own_reporter = Reporter(args.progress_address)
-    if report is not None:
-        per_epoch = steps_per_epoch(int(sum(counts)), args.batch_size) if feed is not None else None
-        total = per_epoch * args.epochs if per_epoch is not None else None
-        if total is not None and args.max_steps is not None:
-            total = min(total, args.max_steps)
-        report({"event": "begin", "total_steps": total})
-    callbacks = list(args.callbacks)
-    for cb in callbacks:
-        cb.bind(runner, rank, world)
+
+def _fit_epochs(runner: Runner, feed: Feed | None, val_feed: Feed | None, counts: Sequence[int], rank: int,
+                collective: Collective, args: FitArgs, callbacks: CallbackList) -> list[dict[str, Any]]:
     runner.stop_training = False
     metrics = make_metrics(args.metrics)
     history: list[dict[str, Any]] = []
-    local_bs = max(1, args.batch_size // world)
-    for cb in callbacks:
-        cb.on_train_begin()
+    local_bs = max(1, args.batch_size // runner.world)
+    callbacks.on_train_begin()
     steps_done = 0
     for epoch in range(args.start_epoch, args.start_epoch + args.epochs):
-        for cb in callbacks:
-            cb.on_epoch_begin(epoch)
+        callbacks.on_epoch_begin(epoch)
         t0 = time.perf_counter()
         loss = Mean()
         runner.metric_states()  # start the framework's own metrics afresh
@@ -144,26 +199,24 @@ def run_fit(
                 counts, rank, args.batch_size, epoch=epoch, shuffle=args.shuffle, seed=args.seed
             )
         else:
-            batches = runner.native_batches(args.creator, local_bs, training=True)
-        step = 0
-        for step, batch in enumerate(batches):
+            batches = runner.lockstep(runner.native_batches(args.creator, local_bs, True, args.steps_per_epoch))
+        steps = 0
+        for batch in batches:
             if args.max_steps is not None and steps_done >= args.max_steps:
                 break
             value = runner.train_batch(batch)
             loss.update_value(value, batch.size)
+            callbacks.on_batch_end(steps, {"loss": value})
+            steps += 1
             steps_done += 1
-            for cb in callbacks:
-                cb.on_batch_end(step, {"loss": value})
-            if report is not None:
-                report({"event": "step", "epoch": epoch + 1, "loss": value})
         runner.on_epoch_end(epoch)
-        local: dict[str, Any] = {"train": loss.state, "steps": step + 1, "own": runner.metric_states()}
+        local: dict[str, Any] = {"train": loss.state, "steps": steps, "own": runner.metric_states()}
         validate = (epoch + 1) % max(1, args.validation_freq) == 0
         if validate and (val_feed is not None or args.val_creator is not None):
             vbatches = (
                 val_feed.batches(local_bs)
                 if val_feed is not None
-                else runner.native_batches(args.val_creator, local_bs, training=False)
+                else runner.native_batches(args.val_creator, local_bs, False, args.validation_steps)
             )
             local["val"] = evaluate_feed(runner, vbatches, metrics)
         gathered = collective.allgather(local)
@@ -185,16 +238,10 @@ def run_fit(
             merged.pop("num_samples", None)
             stats.update(merged)
         history.append(stats)
-        for cb in callbacks:
-            cb.on_epoch_end(epoch, stats)
-        if report is not None:
-            report({"event": "epoch", **{k: v for k, v in stats.items() if isinstance(v, (int, float))}})
+        callbacks.on_epoch_end(epoch, stats)
         if runner.stop_training or (args.max_steps is not None and steps_done >= args.max_steps):
             break
-    for cb in callbacks:
-        cb.on_train_end(history[-1] if history else {})
-    if own_reporter is not None:
-        own_reporter.close()
+    callbacks.on_train_end(history[-1] if history else {})
     return history
 
 

@@ -1,14 +1,18 @@
-"""The framework side of one worker, and the small things every worker shares.
+"""The framework side of one worker, and what every framework's worker shares.
 
 A framework package subclasses :class:`Runner`: how to build the model, take a step,
-predict a batch, and get or set state. Everything around it — feeding batches in
-lock-step, merging stats, callbacks, progress — is :mod:`orca.core.engine.loop`, written once.
+predict a batch, and get or set state. The base class does what every framework repeats:
+seeding, joining the group's :class:`~orca.core.sync.SyncGroup` (the small-object
+collective of the group, and a parameter-sync transport for frameworks without one of their
+own), packed broadcast and all-reduce of named arrays, and the exact lock-step rule for
+native loaders. Everything around it (feeding batches in lock-step, merging stats,
+callbacks, progress) is :mod:`orca.core.engine.loop`, written once.
 """
 
 from __future__ import annotations
 
 import abc
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -28,7 +32,7 @@ class Rendezvous:
         master_port: a free port on rank 0's host, reserved for the process group.
         counts: training rows each rank holds (same list on every worker).
         host: this worker's host address.
-        extra: backend-specific facts; every backend sets ``worker_addresses``: each rank's
+        extra: launcher facts; every launcher sets ``worker_addresses``: each rank's
             ``"host:port"`` with a port reserved for that rank (e.g. for TF_CONFIG), and
             ``sync_port``: another port on rank 0's host, for :mod:`orca.core.sync` (so a
             framework can run its own group and a sync group side by side).
@@ -41,6 +45,16 @@ class Rendezvous:
     counts: tuple[int, ...] = ()
     host: str = "127.0.0.1"
     extra: dict[str, Any] = field(default_factory=dict)
+
+
+def make_rendezvous(rank: int, hosts: Sequence[str], ports: Sequence[int], sync_port: int,
+                    counts: Sequence[int] = (), **extra: Any) -> Rendezvous:
+    """The rendezvous of ``rank`` in a group whose rank ``r`` runs on ``hosts[r]`` and reserved
+    ``ports[r]`` (every launcher builds its ranks' rendezvous here)."""
+    facts = {"worker_addresses": [f"{h}:{p}" for h, p in zip(hosts, ports, strict=True)],
+             "sync_port": int(sync_port), **extra}
+    return Rendezvous(rank=rank, world_size=len(hosts), master_addr=hosts[0], master_port=int(ports[0]),
+                      counts=tuple(int(c) for c in counts), host=hosts[rank], extra=facts)
 
 
 class Collective(abc.ABC):
@@ -71,8 +85,30 @@ def solo_runner(runner_cls: type[Runner], spec: dict[str, Any], state: Any, thre
     return runner
 
 
+def pack(arrays: Sequence[np.ndarray], dtype: Any = np.float64) -> np.ndarray:
+    """One flat, contiguous ``dtype`` buffer holding ``arrays`` one after the other."""
+    if not arrays:
+        return np.zeros(0, dtype)
+    return np.concatenate([np.asarray(a, dtype=dtype).reshape(-1) for a in arrays])
+
+
+def unpack(flat: np.ndarray, like: Sequence[np.ndarray]) -> list[np.ndarray]:
+    """Split ``flat`` (from :func:`pack`) back into arrays of ``like``'s shapes and dtypes."""
+    out, offset = [], 0
+    for a in like:
+        n = int(np.prod(np.shape(a)))
+        out.append(flat[offset:offset + n].reshape(np.shape(a)).astype(np.asarray(a).dtype, copy=False))
+        offset += n
+    return out
+
+
 class Runner(abc.ABC):
     """One worker's model, optimizer and loss. Subclassed once per framework.
+
+    Subclasses call ``super().setup(rendezvous)`` first in their ``setup``; afterwards
+    ``self.rank``, ``self.world``, ``self.threads`` and (in a group of several workers that
+    trains) ``self.group``, the group's :class:`~orca.core.sync.SyncGroup`, are set, and
+    numpy and the framework (:meth:`seed_framework`) are seeded.
 
     Args:
         spec: the framework's picklable description of what to build (creators, config).
@@ -80,19 +116,93 @@ class Runner(abc.ABC):
 
     #: set by a callback (e.g. early stopping) to end ``fit`` after the current epoch.
     stop_training: bool = False
+    #: False for inference-only runners: they join no sync group.
+    trains: bool = True
+    #: modules a child process hosting this runner imports ahead of time (see :meth:`needs_child`)
+    child_preload: tuple[str, ...] = ()
+    group: Any = None
 
     def __init__(self, spec: dict[str, Any]) -> None:
         self.spec = spec
         self.config: dict[str, Any] = dict(spec.get("config") or {})
         self.rendezvous: Rendezvous | None = None
+        self.rank, self.world = 0, 1
+        self.threads = int(spec.get("threads", 1))
+        self.timeout_s = float(spec.get("timeout_s", 600.0))
 
     # -------------------------------------------------------------- lifecycle
-    def setup(self, rendezvous: Rendezvous) -> None:
-        """Build the model and join the framework's synchronisation with the other workers."""
-        self.rendezvous = rendezvous
+    @classmethod
+    def needs_child(cls, spec: dict[str, Any], rendezvous: Rendezvous) -> bool:
+        """True when this process cannot host the runner and a fresh child process must
+        (e.g. TensorFlow configures its collectives once per process). Default: never."""
+        return False
 
-    def shutdown(self) -> None:  # noqa: B027 - an optional hook
-        """Leave the process group and free resources."""
+    def setup(self, rendezvous: Rendezvous) -> None:
+        """Build the model and join the group. Subclasses call this first."""
+        self.rendezvous = rendezvous
+        self.rank, self.world = rendezvous.rank, rendezvous.world_size
+        seed = self.spec.get("seed")
+        if seed is not None:
+            np.random.seed(int(seed))
+            self.seed_framework(int(seed))
+        if self.world > 1 and self.trains and not self.spec.get("in_child"):
+            # a child's parent holds the group (see orca.core.engine.child)
+            from orca.core.sync import SyncGroup
+
+            self.group = SyncGroup.from_rendezvous(rendezvous, timeout_s=self.timeout_s)
+
+    def seed_framework(self, seed: int) -> None:  # noqa: B027 - an optional hook
+        """Seed the framework's random generators (numpy's is seeded already)."""
+
+    def shutdown(self) -> None:
+        """Leave the group and free resources; subclasses call this last."""
+        if self.group is not None:
+            self.group.close()
+            self.group = None
+
+    # -------------------------------------------------------------- group helpers
+    def collective(self) -> Collective | None:
+        """The group's small-object collective (``None`` for a group of one)."""
+        return self.group
+
+    def broadcast_arrays(self, arrays: Sequence[np.ndarray]) -> list[np.ndarray]:
+        """Rank 0's ``arrays`` on every rank (one packed float64 broadcast; dtypes kept)."""
+        if self.group is None or not arrays:
+            return list(arrays)
+        flat = pack(arrays)
+        self.group.broadcast(flat)
+        return unpack(flat, arrays)
+
+    def allreduce_mean_(self, flat: np.ndarray) -> np.ndarray:
+        """Replace the float32/float64 buffer ``flat`` in place by its mean over the group."""
+        if self.group is not None:
+            self.group.allreduce(flat, op="mean")
+        return flat
+
+    def lockstep(self, batches: Iterable[Batch], training: bool = True) -> Iterator[Batch]:
+        """This rank's native batches, in lock-step with the other ranks.
+
+        Every rank takes the same number of steps: before each step the ranks exchange the
+        size of their next batch; a rank that ran out takes an empty step, and each batch is
+        weighted by its share of that step's global batch. No row is duplicated or dropped, so a
+        step's averaged gradient is exactly the global batch's.
+        """
+        if self.world == 1 or self.group is None or not training:
+            for b in batches:
+                yield Batch(x=b.x, y=b.y, size=b.size, weight=1.0, global_size=b.size)
+            return
+        it = iter(batches)
+        while True:
+            batch = next(it, None)
+            sizes = self.group.allgather(batch.size if batch is not None else -1)
+            if all(s < 0 for s in sizes):
+                return
+            global_rows = int(sum(s for s in sizes if s > 0))
+            if batch is None or batch.size == 0:
+                yield Batch(x=[], y=[], size=0, weight=0.0, global_size=global_rows)
+            else:
+                yield Batch(x=batch.x, y=batch.y, size=batch.size, weight=batch.size * self.world / global_rows,
+                            global_size=global_rows)
 
     # -------------------------------------------------------------- steps
     @abc.abstractmethod
@@ -116,27 +226,23 @@ class Runner(abc.ABC):
         for batch in batches:
             yield self.predict_batch(batch)
 
-    def collective(self) -> Collective | None:
-        """The framework's own small-object collective, if it has one.
+    def native_batches(self, creator: Any, batch_size: int, training: bool,
+                       steps: int | None = None) -> Iterable[Batch]:
+        """This rank's batches from a data-creator ``f(config, batch_size)``.
 
-        The engine prefers it to the backend's (Spark's ``allGather`` polls once a second).
-        """
-        return None
-
-    def native_batches(self, creator: Any, batch_size: int, training: bool) -> Iterable[Batch]:
-        """Batches from a data-creator ``f(config, batch_size)``, sharded for this rank.
-
-        Frameworks override this to read their native loaders; every rank must yield the
-        same number of batches.
+        Frameworks override this to read their native loaders, sharded for this rank (no
+        padding: the engine passes them through :meth:`lockstep`). ``steps`` caps the
+        batches of one pass when the user gave ``steps_per_epoch``/``validation_steps``.
         """
         raise TypeError(f"{type(self).__name__} does not take data-creator functions.")
 
     def metric_states(self) -> Any:
         """The framework's own metrics accumulated since the last call, then reset (optional).
 
-        Return picklable states that :meth:`merge_metric_states` can merge exactly across
-        workers (e.g. each metric's sum and count), or ``None`` when the framework keeps none.
-        The engine reads them after each training epoch and around each evaluation.
+        Return plain data (numbers, lists, dicts, numpy arrays) that :meth:`merge_metric_states`
+        can merge exactly across workers (e.g. each metric's sum and count), or ``None`` when the
+        framework keeps none. The engine reads them after each training epoch and around each
+        evaluation.
         """
         return None
 
@@ -150,7 +256,7 @@ class Runner(abc.ABC):
     # -------------------------------------------------------------- state
     @abc.abstractmethod
     def get_state(self) -> dict[str, Any]:
-        """Return the picklable training state (model, and optimizer where there is one)."""
+        """Return the training state (model, and optimizer where there is one)."""
 
     @abc.abstractmethod
     def set_state(self, state: dict[str, Any]) -> None:

@@ -25,6 +25,7 @@ import numpy as np
 import pytest
 
 from orca.core.engine.errors import OrcaWorkerError
+from orca.core.testing.failures import kill_one_worker, worker_pids
 
 NUM_FEATURES = 4
 TRUE_W = np.array([1.5, -2.0, 0.5, 3.0], np.float32)
@@ -176,6 +177,33 @@ class EstimatorConformance:
                 est.predict("not data")
         finally:
             est.shutdown()
+
+    @pytest.mark.timeout(600)
+    def test_a_failing_call_keeps_the_trained_model(self, predictor: Any, data: dict[str, Any]) -> None:
+        """A call that fails in the workers (a shape the model rejects) costs nothing: the next call
+        predicts exactly as before, on the same workers where they live across calls."""
+        est = predictor
+        before = np.asarray(est.predict(data["x"], batch_size=32))
+        group = getattr(est, "_group", None)
+        pids = worker_pids(est) if group is not None and group.started else None
+        with pytest.raises((OrcaWorkerError, ValueError)):
+            est.predict(np.zeros((8, NUM_FEATURES + 3), np.float32), batch_size=4)
+        np.testing.assert_array_equal(np.asarray(est.predict(data["x"], batch_size=32)), before)
+        if pids is not None:
+            assert worker_pids(est) == pids, "a user error restarted healthy workers"
+
+    @pytest.mark.timeout(600)
+    def test_a_killed_worker_loses_nothing_trained(self, predictor: Any, data: dict[str, Any]) -> None:
+        """A worker process killed after fit (SIGKILL): the Estimator still predicts with the weights
+        of the last completed fit, from the state the driver holds."""
+        est = predictor
+        before = np.asarray(est.predict(data["x"], batch_size=32))
+        kill_one_worker(est)
+        np.testing.assert_array_equal(np.asarray(est.predict(data["x"], batch_size=32)), before)
+        if self.supports_fit:
+            stats = est.evaluate(data["df"], batch_size=64, feature_cols=["x"], label_cols=["y"])
+            expected = float(np.mean((self.single_process_predict(est, data["x"]).reshape(-1) - data["y"]) ** 2))
+            assert stats["val_loss"] == pytest.approx(expected, rel=1e-3, abs=1e-6)
 
     @pytest.mark.timeout(300)
     def test_worker_failure_surfaces_on_the_driver(self, backend: str, data: dict[str, Any]) -> None:

@@ -1,0 +1,306 @@
+"""Typed data sources: one class per kind of input, each knowing how its rows reach a worker.
+
+The dispatcher (:func:`orca.core.engine.adapters.get_data_source`) validates what the user
+passed and wraps it in one of these. A launcher then asks the source for its rows in the
+launcher's terms: :meth:`DataSource.ray_refs` (parts in Ray's object store, for actors),
+:meth:`DataSource.spark_frame` / :meth:`DataSource.spark_parts` (for Spark tasks), and the
+Estimator asks it to predict where its rows live (:attr:`DataSource.on_executors`) and to
+wrap predictions in the container it came in (:meth:`DataSource.with_predictions`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+import numpy as np
+
+from orca.core.engine.convert import Part, part_rows, shard_to_part, table_to_part
+from orca.core.engine.feed import balanced_slices, cut_part
+
+
+class DataSource:
+    """Validated input data, ready for a launcher.
+
+    Attributes:
+        obj: the DataFrame, XShards, list of parts, creator function or Ray Dataset.
+        feature_cols: input column names (DataFrame, pandas shards, Ray Dataset).
+        label_cols: target column names.
+        num_rows: rows when known without a pass over the data (``None`` otherwise).
+    """
+
+    #: a function the workers call for their own loader (no rows travel)
+    is_creator = False
+    #: predicted on the Spark executors, where the rows are (the result stays there too)
+    on_executors = False
+    #: a short name for messages
+    what = "data"
+
+    def __init__(self, obj: Any, feature_cols: Sequence[str] | None = None,
+                 label_cols: Sequence[str] | None = None, num_rows: int | None = None) -> None:
+        self.obj = obj
+        self.feature_cols = list(feature_cols) if feature_cols is not None else None
+        self.label_cols = list(label_cols) if label_cols is not None else None
+        self.num_rows = num_rows
+
+    def columns(self, need_labels: bool) -> tuple[list[str], list[str]]:
+        """Feature and (when ``need_labels``) label column names."""
+        return list(self.feature_cols or []), list(self.label_cols or []) if need_labels else []
+
+    # ------------------------------------------------------------ Ray
+    def ray_refs(self, need_labels: bool) -> list[tuple[Any, int]]:
+        """``(object ref of a part, rows)`` for each part, in order, in Ray's object store."""
+        raise TypeError(f"{self.what} cannot be read by Ray workers.")
+
+    # ------------------------------------------------------------ Spark
+    def spark_frame(self, need_labels: bool) -> Any:
+        """The selected columns as a Spark DataFrame (``None``: this source is not a DataFrame)."""
+        return None
+
+    def spark_parts(self, spark: Any, need_labels: bool) -> Any:
+        """An RDD of parts, at least one element per task slot where the data allows."""
+        raise TypeError(f"the spark launcher cannot read {self.what} here; pass a DataFrame or an XShards.")
+
+    def spark_worker_parts(self, spark: Any, world: int, need_labels: bool) -> Any:
+        """An RDD of ``(worker, part)``: the parts each of ``world`` training workers reads."""
+        return self.spark_parts(spark, need_labels).zipWithIndex().map(lambda t: (t[1] % world, t[0]))
+
+    # ------------------------------------------------------------ predict
+    def predict_on_executors(self, runner_cls: Any, spec: dict[str, Any], state: Any, batch_size: int,
+                             output_cols: Sequence[str] | None, threads: int) -> Any:
+        """Predict on the Spark executors (sources with :attr:`on_executors`)."""
+        raise NotImplementedError
+
+    def with_predictions(self, outs: list[np.ndarray], output_cols: Sequence[str] | None) -> Any:
+        """The predictions in the input's container: arrays for in-memory data (one, or a list)."""
+        return outs[0] if len(outs) == 1 else outs
+
+
+class DataFrameSource(DataSource):
+    """A Spark DataFrame with ``feature_cols`` / ``label_cols``."""
+
+    on_executors = True
+    what = "a Spark DataFrame"
+
+    def spark_frame(self, need_labels: bool) -> Any:
+        from orca.core.engine.adapters import spark_select
+
+        fcols, lcols = self.columns(need_labels)
+        return spark_select(self.obj, fcols + lcols)
+
+    def ray_refs(self, need_labels: bool) -> list[tuple[Any, int]]:
+        import pyarrow as pa
+
+        fcols, lcols = self.columns(need_labels)
+        put = _ray_putter()
+
+        def put_arrow(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+            nonempty = [b for b in batches if b.num_rows]
+            parts = [table_to_part(pa.Table.from_batches(nonempty), fcols, lcols)] if nonempty else []
+            for blob, n in put(iter(parts)):
+                yield pa.RecordBatch.from_pydict({"ref": [blob], "rows": [n]})
+
+        rows = self.spark_frame(need_labels).mapInArrow(put_arrow, "ref binary, rows long").collect()
+        return _loaded([(r["ref"], int(r["rows"])) for r in rows])
+
+    def predict_on_executors(self, runner_cls: Any, spec: dict[str, Any], state: Any, batch_size: int,
+                             output_cols: Sequence[str] | None, threads: int) -> Any:
+        from orca.core.engine.predict import predict_dataframe
+
+        return predict_dataframe(runner_cls, spec, state, self.obj, list(self.feature_cols or []), batch_size,
+                                 output_cols, threads)
+
+
+class ShardsSource(DataSource):
+    """XShards of ``{"x", "y"}`` dicts or pandas DataFrames."""
+
+    what = "an XShards"
+
+    def _part(self, shard: Any, need_labels: bool) -> Part:
+        return shard_to_part(shard, self.feature_cols, self.label_cols if need_labels else None)
+
+    def with_predictions(self, outs: list[np.ndarray], output_cols: Sequence[str] | None) -> Any:
+        from orca.core.data import XShards
+        from orca.core.engine.predict import add_predictions
+
+        result, start = [], 0
+        for shard in self.obj.collect():
+            n = part_rows(shard_to_part(shard, self.feature_cols, None))
+            result.append(add_predictions(shard, [o[start:start + n] for o in outs], output_cols))
+            start += n
+        return XShards.from_list(result, backend=self.result_backend)
+
+    result_backend = "local"
+
+
+class SparkShardsSource(ShardsSource):
+    """An XShards backed by a Spark RDD."""
+
+    on_executors = True
+
+    def spark_parts(self, spark: Any, need_labels: bool) -> Any:
+        fcols, lcols = self.feature_cols, self.label_cols if need_labels else None
+        return self.obj.rdd.map(lambda s: shard_to_part(s, fcols, lcols))
+
+    def ray_refs(self, need_labels: bool) -> list[tuple[Any, int]]:
+        fcols, lcols = self.feature_cols, self.label_cols if need_labels else None
+        put = _ray_putter()
+        rdd = self.obj.rdd.map(lambda shard: shard_to_part(shard, fcols, lcols))
+        return _loaded(rdd.mapPartitions(put).collect())
+
+    def predict_on_executors(self, runner_cls: Any, spec: dict[str, Any], state: Any, batch_size: int,
+                             output_cols: Sequence[str] | None, threads: int) -> Any:
+        from orca.core.engine.predict import predict_spark_shards
+
+        return predict_spark_shards(runner_cls, spec, state, self.obj, self.feature_cols, batch_size, output_cols,
+                                    threads)
+
+
+class RayShardsSource(ShardsSource):
+    """An XShards whose shards are Ray objects."""
+
+    result_backend = "ray"
+
+    def ray_refs(self, need_labels: bool) -> list[tuple[Any, int]]:
+        import ray
+
+        fcols, lcols = self.feature_cols, self.label_cols if need_labels else None
+
+        def conv(s: Any) -> tuple[Part, int]:
+            part = shard_to_part(s, fcols, lcols)
+            return part, part_rows(part)
+
+        # num_cpus=0: the actors may hold every CPU
+        remote = ray.remote(num_cpus=0, num_returns=2)(conv)
+        pairs = [remote.remote(r) for r in self.obj.refs]
+        return list(zip([p[0] for p in pairs], ray.get([p[1] for p in pairs]), strict=True))
+
+    def spark_parts(self, spark: Any, need_labels: bool) -> Any:
+        local = [self._part(s, need_labels) for s in self.obj.collect()]
+        return spark.sparkContext.parallelize(local, max(1, len(local)))
+
+
+class LocalShardsSource(ShardsSource):
+    """An XShards held in this process."""
+
+    def ray_refs(self, need_labels: bool) -> list[tuple[Any, int]]:
+        import ray
+
+        parts = [self._part(s, need_labels) for s in self.obj.collect()]
+        return [(ray.put(p), part_rows(p)) for p in parts]
+
+    def spark_parts(self, spark: Any, need_labels: bool) -> Any:
+        local = [self._part(s, need_labels) for s in self.obj.collect()]
+        return spark.sparkContext.parallelize(local, max(1, len(local)))
+
+
+class ArraySource(DataSource):
+    """In-process arrays (numpy, ``(x, y)``, ``{"x", "y"}``), normalised into parts."""
+
+    what = "in-memory arrays"
+
+    def ray_refs(self, need_labels: bool) -> list[tuple[Any, int]]:
+        import ray
+
+        return [(ray.put(p), part_rows(p)) for p in self.obj]
+
+    def spark_parts(self, spark: Any, need_labels: bool) -> Any:
+        parts = self.obj
+        slots = spark.sparkContext.defaultParallelism
+        if len(parts) == 1 and part_rows(parts[0]) >= slots:
+            p = parts[0]
+            idx = np.array_split(np.arange(part_rows(p)), slots)
+            parts = [{"x": [a[i] for a in p["x"]], "y": [a[i] for a in p["y"]]} for i in idx]
+        return spark.sparkContext.parallelize(parts, len(parts))
+
+    def spark_worker_parts(self, spark: Any, world: int, need_labels: bool) -> Any:
+        # the contiguous, balanced row ranges the Ray launcher reads too: the same rows per rank
+        slices = balanced_slices([(p, part_rows(p)) for p in self.obj], world)
+        items = [(w, cut_part(p, lo, hi)) for w, share in enumerate(slices) for p, lo, hi in share]
+        return spark.sparkContext.parallelize(items, max(1, min(len(items), world)))
+
+
+class CreatorSource(DataSource):
+    """A data-creator function ``f(config, batch_size)`` each worker calls for its own loader."""
+
+    is_creator = True
+    what = "a data-creator function"
+
+
+class RayDatasetSource(DataSource):
+    """A Ray Dataset with ``feature_cols`` / ``label_cols``."""
+
+    what = "a Ray Dataset"
+
+    @property
+    def pending(self) -> bool:
+        """True while the dataset has transforms that have not run yet."""
+        return type(self.obj).__name__ != "MaterializedDataset"
+
+    def materialize(self) -> None:
+        """Run the pending transforms (their tasks need CPUs: call it while no actor holds them)."""
+        if self.pending:
+            fcols, lcols = self.columns(True)
+            self.obj = self.obj.select_columns(fcols + [c for c in lcols if c not in fcols]).materialize()
+
+    def ray_refs(self, need_labels: bool) -> list[tuple[Any, int]]:
+        import ray
+
+        fcols, lcols = self.columns(need_labels)
+
+        def conv(t: Any) -> tuple[Part, int]:
+            part = table_to_part(t, fcols, lcols)
+            return part, part_rows(part)
+
+        remote = ray.remote(num_returns=2, num_cpus=0)(conv)
+        pairs = [remote.remote(t) for t in self.obj.to_arrow_refs()]
+        return list(zip([p[0] for p in pairs], ray.get([p[1] for p in pairs]), strict=True))
+
+
+def _ray_putter() -> Any:
+    """A function for Spark tasks: put each part into Ray from the executor, owned by the context's
+    holder actor (so it outlives Spark's Python worker); yields (pickled ref, rows)."""
+    import ray.cloudpickle as rpickle
+
+    from orca.core.data._ray import HOLDER_NAMESPACE, _connect_ray_in_task, _ray_address, holder_name
+
+    name, address = holder_name(), _ray_address()
+
+    def put(parts: Iterator[Part]) -> Iterator[tuple[bytes, int]]:
+        ray = _connect_ray_in_task(address)
+        holder = ray.get_actor(name, namespace=HOLDER_NAMESPACE)
+        for part in parts:
+            n = part_rows(part)
+            if n:
+                yield rpickle.dumps(ray.get(holder.adopt.remote(part))[0]), n
+
+    return put
+
+
+class _HolderRefs(list):  # type: ignore[type-arg]
+    """(ref, rows) pairs whose objects the context's holder actor owns: release them after use."""
+
+    held = True
+
+
+def _loaded(rows: list[tuple[bytes, int]]) -> list[tuple[Any, int]]:
+    import ray.cloudpickle as rpickle
+
+    return _HolderRefs((rpickle.loads(blob), n) for blob, n in rows)
+
+
+def release_held(refs: Sequence[tuple[Any, int]]) -> None:
+    """Let the context's holder actor drop objects Spark tasks put there for one call."""
+    if not getattr(refs, "held", False) or not refs:
+        return
+    import logging
+
+    import ray
+
+    from orca.core.data._ray import HOLDER_NAMESPACE, holder_name
+
+    try:
+        holder = ray.get_actor(holder_name(), namespace=HOLDER_NAMESPACE)
+        ray.get(holder.release.remote([r for r, _ in refs]), timeout=60)
+    except Exception:  # noqa: BLE001 - best effort: the holder dies with the context anyway
+        logging.getLogger("orca").debug("could not release Spark-put objects", exc_info=True)

@@ -1,0 +1,35 @@
+"""What a framework package may use of orca-core: the plug-in surface.
+
+A framework package (orca-torch, orca-tf, ...) imports from here, never from orca-core's
+modules directly, so orca-core can move its internals without breaking plug-ins. Adding a
+framework takes three things (see docs/architecture.md and the numpy toy framework in
+orca-core's tests):
+
+1. a :class:`Runner` subclass: build the model, ``train_batch``, ``eval_batch``,
+   ``predict_batch``, ``get_state``/``set_state`` (the base class seeds, joins the sync group,
+   packs broadcasts and all-reduces, and keeps native loaders in lock-step);
+2. an Estimator: a :class:`BaseEstimator` subclass that declares its ``backends`` with
+   :func:`declare` and :class:`Backend`, and adds ``get_model``/``save``/``load``;
+3. a test module running :class:`orca.core.testing.conformance.EstimatorConformance`.
+"""
+
+from orca.core.context import OrcaContext, register_spark_jars
+from orca.core.engine.adapters import get_data_source, is_xshards
+from orca.core.engine.backend import Backend, declare
+from orca.core.engine.callbacks import Callback, EarlyStopping, ModelCheckpoint
+from orca.core.engine.convert import Part, check_part, shard_to_part
+from orca.core.engine.errors import NotFittedError, OrcaWorkerError, check_positive_int
+from orca.core.engine.estimator import BaseEstimator
+from orca.core.engine.feed import Batch
+from orca.core.engine.history import History
+from orca.core.engine.metrics import AUC, MAE, MSE, Accuracy, BinaryAccuracy, Metric, Top5Accuracy
+from orca.core.engine.runner import Collective, Rendezvous, Runner, pack, solo_runner, unpack
+from orca.core.engine.sources import ArraySource, CreatorSource, DataFrameSource, DataSource, ShardsSource
+
+__all__ = [
+    "AUC", "MAE", "MSE", "Accuracy", "ArraySource", "Backend", "BaseEstimator", "Batch", "BinaryAccuracy",
+    "Callback", "Collective", "CreatorSource", "DataFrameSource", "DataSource", "EarlyStopping", "History", "Metric",
+    "ModelCheckpoint", "NotFittedError", "OrcaContext", "OrcaWorkerError", "Part", "Rendezvous", "Runner", "ShardsSource",
+    "Top5Accuracy", "check_part", "check_positive_int", "declare", "get_data_source", "is_xshards", "pack",
+    "register_spark_jars", "shard_to_part", "solo_runner", "unpack",
+]

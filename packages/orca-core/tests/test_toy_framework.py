@@ -1,0 +1,113 @@
+"""A whole framework written only against :mod:`orca.core.plugin`: a numpy linear model.
+
+It passes the same conformance suite as orca-torch, orca-tf and orca-mxnet, on both launchers:
+proof that adding a framework to Orca is a runner, an Estimator that declares its backends,
+and this test module.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+import cloudpickle
+import numpy as np
+import pytest
+
+from orca.core.plugin import Backend, BaseEstimator, Batch, NotFittedError, Rendezvous, Runner, declare, pack, unpack
+from orca.core.testing.conformance import NUM_FEATURES, EstimatorConformance
+
+# ---------------------------------------------------------------- the framework (what a plug-in writes)
+
+
+class NumpyLinearRunner(Runner):
+    """``y = x @ w + b`` with plain SGD on the mean squared error."""
+
+    def setup(self, rendezvous: Rendezvous) -> None:
+        super().setup(rendezvous)  # seeds numpy, joins the sync group
+        self.w = np.random.normal(scale=0.1, size=NUM_FEATURES)
+        self.b = np.zeros(1)
+        self.w, self.b = self.broadcast_arrays([self.w, self.b])
+        self.lr = float(self.config.get("lr", 0.05))
+
+    def _predict(self, x: np.ndarray) -> np.ndarray:
+        if x.ndim != 2 or x.shape[1] != NUM_FEATURES:
+            raise ValueError(f"the model takes rows of {NUM_FEATURES} features, got shape {x.shape}.")
+        return x.astype(np.float64) @ self.w + self.b[0]
+
+    def train_batch(self, batch: Batch) -> float:
+        grad_w, grad_b, loss = np.zeros_like(self.w), np.zeros(1), 0.0
+        if batch.size:
+            x, y = batch.x[0], batch.y[0].reshape(-1)
+            err = self._predict(x) - y
+            loss = float(np.mean(err ** 2))
+            grad_w = 2 * x.T @ err / batch.size * batch.weight  # weighted: the mean is the global batch's
+            grad_b = np.array([2 * err.mean() * batch.weight])
+        grad_w, grad_b = unpack(self.allreduce_mean_(pack([grad_w, grad_b])), [grad_w, grad_b])
+        self.w -= self.lr * grad_w
+        self.b -= self.lr * grad_b
+        return loss
+
+    def eval_batch(self, batch: Batch) -> tuple[float, list[np.ndarray]]:
+        pred = self._predict(batch.x[0])
+        return float(np.mean((pred - batch.y[0].reshape(-1)) ** 2)), [pred.reshape(-1, 1)]
+
+    def predict_batch(self, batch: Batch) -> list[np.ndarray]:
+        return [self._predict(batch.x[0]).reshape(-1, 1).astype(np.float32)]
+
+    def weights(self) -> list[np.ndarray]:
+        return [self.w, self.b]
+
+    def get_state(self) -> dict[str, Any]:
+        return {"w": self.w.copy(), "b": self.b.copy()}
+
+    def set_state(self, state: dict[str, Any]) -> None:
+        self.w, self.b = np.array(state["w"], np.float64), np.array(state["b"], np.float64)
+
+
+class NumpyEstimator(BaseEstimator):
+    """The toy framework's Estimator: its backends, and its file format."""
+
+    backends = declare(Backend("ray", "ray", NumpyLinearRunner, "Ray actors"),
+                       Backend("spark", "spark", NumpyLinearRunner, "Spark barrier tasks"))
+
+    @classmethod
+    def from_numpy(cls, lr: float = 0.05, backend: str = "spark", workers_per_node: int = 2) -> NumpyEstimator:
+        return cls(spec={"config": {"lr": lr}, "seed": 0}, backend=backend, workers_per_node=workers_per_node,
+                   use_tqdm=False)
+
+    def get_model(self) -> dict[str, np.ndarray]:
+        state = self.get_state()
+        if state is None:
+            raise NotFittedError("fit or load the model first.")
+        return state
+
+    def save(self, path: str) -> str:
+        with open(path, "wb") as fh:  # np.savez would add ".npz" to a path without it
+            np.savez(fh, **self.get_model())
+        return path
+
+    def load(self, path: str) -> None:
+        with np.load(path, allow_pickle=False) as f:
+            self.set_state({"w": f["w"], "b": f["b"]})
+
+
+# ---------------------------------------------------------------- its test module
+
+
+cloudpickle.register_pickle_by_value(sys.modules[__name__])  # the workers cannot import a test module
+
+
+class TestNumpyToyConformance(EstimatorConformance):
+    atol = 1e-5
+
+    @pytest.fixture(params=["ray", "spark"])
+    def backend(self, request: Any) -> str:
+        return request.param
+
+    def make_estimator(self, backend: str) -> NumpyEstimator:
+        return NumpyEstimator.from_numpy(backend=backend)
+
+    def single_process_predict(self, est: NumpyEstimator, x: np.ndarray) -> np.ndarray:
+        model = est.get_model()
+        return (np.asarray(x, np.float64) @ model["w"] + model["b"][0]).reshape(-1, 1)
