@@ -8,15 +8,18 @@ from typing import Any
 
 
 def spark_python_workers() -> list[int]:
-    """Pids of this machine's Spark Python workers (the ``pyspark.daemon`` and its forks)."""
+    """Pids of the Spark Python workers this process started (through its Spark JVM, or the JVMs of
+    a test cluster it started): each ``pyspark.daemon`` and its forks, never another process's."""
     import psutil
 
     pids = []
-    for proc in psutil.process_iter(["pid", "cmdline"]):
-        cmd = " ".join(proc.info.get("cmdline") or [])
+    for proc in psutil.Process(os.getpid()).children(recursive=True):
+        try:
+            cmd = " ".join(proc.cmdline())
+        except psutil.Error:
+            continue
         if "pyspark.daemon" in cmd or "pyspark/daemon.py" in cmd:
-            pids.append(proc.info["pid"])
-            pids.extend(c.pid for c in proc.children(recursive=True))
+            pids.append(proc.pid)
     return sorted(set(pids))
 
 
