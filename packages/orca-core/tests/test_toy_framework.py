@@ -14,7 +14,17 @@ import cloudpickle
 import numpy as np
 import pytest
 
-from orca.core.plugin import Backend, BaseEstimator, Batch, NotFittedError, Rendezvous, Runner, declare, pack, unpack
+from orca.core.plugin import (
+    Backend,
+    BaseEstimator,
+    Batch,
+    NotFittedError,
+    Rendezvous,
+    Runner,
+    declare,
+    pack,
+    unpack,
+)
 from orca.core.testing.conformance import NUM_FEATURES, EstimatorConformance
 
 # ---------------------------------------------------------------- the framework (what a plug-in writes)

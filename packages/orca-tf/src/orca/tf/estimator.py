@@ -66,6 +66,7 @@ class Estimator(BaseEstimator):
         Backend("ray", "ray", KerasRunner, "Ray actors kept in step by a MultiWorkerMirroredStrategy"),
         Backend("spark", "spark", KerasRunner, "Spark barrier tasks kept in step by a MultiWorkerMirroredStrategy"),
         Backend("bigdl", "spark", BigDLKerasRunner, "Spark barrier tasks kept in step by orca.core.sync"),
+        Backend("horovod", "ray", KerasRunner, planned="Horovod; tracked in the Horovod issue, #17"),
     )
 
     @classmethod

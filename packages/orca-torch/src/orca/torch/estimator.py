@@ -32,6 +32,7 @@ class Estimator(BaseEstimator):
                 "Spark barrier tasks kept in step by Orca's parameter sync (orca.core.sync), as BigDL's"),
         Backend("ray", "ray", TorchRunner, "Ray actors, gradients all-reduced by torch.distributed (gloo)"),
         Backend("spark", "spark", TorchRunner, "Spark barrier tasks, gradients all-reduced by torch.distributed"),
+        Backend("horovod", "ray", TorchRunner, planned="Horovod; tracked in the Horovod issue, #17"),
     )
 
     @classmethod

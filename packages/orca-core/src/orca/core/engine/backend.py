@@ -47,6 +47,8 @@ class Backend:
         description: one line for docs and errors.
         requires: modules the backend needs besides the framework (checked before use).
         install: the command that installs them, quoted in the error when one is missing.
+        planned: non-empty for a backend users know (from the reference) that is not built yet:
+            why, or where it is tracked. Asking for it raises a ValueError saying so.
     """
 
     name: str
@@ -55,6 +57,7 @@ class Backend:
     description: str = ""
     requires: tuple[str, ...] = ()
     install: str = ""
+    planned: str = ""
 
     def __post_init__(self) -> None:
         if self.launcher not in LAUNCHERS:
@@ -90,8 +93,12 @@ def resolve_backend(backends: Mapping[str, Backend], name: Any, owner: str) -> B
         ValueError: ``name`` is not one of ``backends`` (the message lists them).
         ImportError: the backend's optional dependencies are missing (the message says how to install).
     """
+    ready = [n for n, b in backends.items() if not b.planned]
+    choices = ", ".join(repr(n) for n in ready[:-1]) + (" or " if len(ready) > 1 else "") + repr(ready[-1])
     if not isinstance(name, str) or name not in backends:
-        raise ValueError(f"backend={name!r} is not supported by {owner}; use one of {list(backends)}.")
+        raise ValueError(f"backend={name!r} is not supported by {owner}; use {choices}.")
     backend = backends[name]
+    if backend.planned:
+        raise ValueError(f"backend={name!r} is not available yet in {owner} ({backend.planned}); use {choices}.")
     backend.check_available()
     return backend

@@ -12,7 +12,8 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
-from collections.abc import Iterator
+import logging
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import cloudpickle
@@ -37,6 +38,8 @@ from orca.core.engine.group import (
 from orca.core.engine.loop import FitArgs
 from orca.core.engine.runner import Runner, make_rendezvous, solo_runner
 from orca.core.engine.sources import DataSource
+
+log = logging.getLogger(__name__)
 
 TAG = "__orca_split__"
 
@@ -89,6 +92,26 @@ def spark_errors(what: str) -> Iterator[None]:
         if type(exc).__name__ in ("Py4JJavaError", "PythonException", "SparkRuntimeException"):
             raise _spark_error(exc, what) from None
         raise
+
+
+#: what Spark says when a task's Python worker process died (killed, OOM-killed, crashed)
+_LOST_PYTHON_WORKER = ("Python worker exited unexpectedly", "Connection reset")
+
+
+def _retry_lost_python_worker(job: Callable[[], list[Any]]) -> list[Any]:
+    """Run an idempotent Spark job; run it once more when it failed because a Python worker died.
+
+    Spark reuses its Python workers: one that was killed between calls fails the next task
+    sent to it, and local mode does not retry tasks. Evaluation and prediction read only the
+    driver's state, so running them again is safe (the Ray group retries a dead actor alike).
+    """
+    try:
+        return job()
+    except Exception as exc:
+        if type(exc).__name__ != "Py4JJavaError" or not any(m in str(exc) for m in _LOST_PYTHON_WORKER):
+            raise
+        log.warning("a Spark Python worker died; running the job once more on fresh workers")
+        return job()
 
 
 def _spark_error(exc: Exception, what: str) -> OrcaWorkerError:
@@ -244,10 +267,9 @@ class SparkWorkerGroup(WorkerGroup):
 
         try:
             with spark_errors(what):
-                if source is None:
-                    raw = sc.parallelize([0], 1).mapPartitions(lambda _: [run([])]).collect()
-                else:
-                    raw = self._map_parts(source, run, need_labels)
+                raw = _retry_lost_python_worker(
+                    lambda: sc.parallelize([0], 1).mapPartitions(lambda _: [run([])]).collect() if alone
+                    else self._map_parts(source, run, need_labels))
         finally:
             bc.unpersist()
         results = [cloudpickle.loads(r) for r in raw]
