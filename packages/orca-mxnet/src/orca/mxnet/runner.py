@@ -166,8 +166,8 @@ class MXNetRunner(Runner):
         if self.group is not None:
             grads = [p.grad() for p in params if p.grad_req != "null"]
             arrays = [g.asnumpy() for g in grads]
-            for g, value in zip(grads, unpack(self.allreduce_mean_(pack(arrays, np.float32)), arrays), strict=True):
-                g[:] = mx.nd.array(value, dtype=g.dtype)
+            for g, mean in zip(grads, unpack(self.allreduce_mean_(pack(arrays, np.float32)), arrays), strict=True):
+                g[:] = mx.nd.array(mean, dtype=g.dtype)
         for p in params:  # written by the all-reduce (or zeroed), not by this rank's backward: still fresh
             if p.grad_req != "null":
                 p.data()._fresh_grad = True
