@@ -73,9 +73,17 @@ class KerasRunner(Runner):
         return rendezvous.world_size > 1 and not cls.orca_sync and not _sync.can_join(rendezvous)
 
     def seed_framework(self, seed: int) -> None:
+        import random
+
         import tensorflow as tf
 
+        random.seed(seed)  # Keras 3 draws unseeded initializers' seeds from Python's generator
         tf.random.set_seed(seed)
+        try:
+            import keras
+        except ImportError:
+            return
+        keras.utils.set_random_seed(seed)  # also resets Keras 3's global SeedGenerator
 
     def setup(self, rendezvous: Rendezvous) -> None:
         # the strategy (TF's collectives) is configured before TF's first op, seeding included;
