@@ -154,3 +154,36 @@ def test_a_gluon_dataloader_creator_with_uneven_shards_takes_the_global_batch_st
         assert hist[-1]["num_samples"] == 8
     finally:
         est.shutdown()
+
+
+def test_native_loaders_with_different_batch_counts_equal_one_process(orca_context, backend):
+    """Rank 0 reads 13 rows (batches of 4, 4, 4, 1), rank 1 reads 6 (4, 2): the ranks take four
+    lock-step steps, rank 1 empty ones at the end. No row is padded or repeated, and w and b equal
+    one process's SGD over the same four global batches to 1e-6."""
+    rng = np.random.default_rng(6)
+    x = rng.normal(size=(19, 4)).astype(np.float32)
+    y = (x @ np.array([0.5, 1.0, -1.0, 2.0], np.float32) + 0.5).astype(np.float32)
+
+    def creator(config, kv):
+        from mxnet import gluon
+
+        rows = slice(0, 13) if kv.rank == 0 else slice(13, 19)
+        return gluon.data.DataLoader(gluon.data.ArrayDataset(x[rows], y[rows]), batch_size=config["batch_size"])
+
+    lr = 0.1
+    est = Estimator.from_mxnet(config=_sgd_config(lr), model_creator=linear_creator(init_w=np.zeros(4)),
+                               loss_creator=l2_loss, backend=backend, workers_per_node=2)
+    try:
+        hist = est.fit(creator, epochs=2, batch_size=8)
+        state = est.get_state()["params"]
+    finally:
+        est.shutdown()
+    assert [h["num_samples"] for h in hist] == [19, 19]
+    steps = [[*range(0, 4), *range(13, 17)], [*range(4, 8), *range(17, 19)], list(range(8, 12)), [12]]
+    w, b = np.zeros(4), 0.0
+    for _ in range(2):
+        for rows in steps:
+            err = x[rows].astype(np.float64) @ w + b - y[rows]
+            w, b = w - lr * (err[:, None] * x[rows]).mean(0), b - lr * err.mean()
+    np.testing.assert_allclose(state["0.weight"].reshape(-1), w, atol=1e-6)
+    np.testing.assert_allclose(state["0.bias"].reshape(-1), [b], atol=1e-6)

@@ -153,3 +153,28 @@ def test_multi_output_predict_with_output_cols(orca_context, spark):
     np.testing.assert_allclose(b, want_b, atol=1e-5)
     np.testing.assert_allclose(np.stack(out["p2"].to_numpy()), want_b, atol=1e-5)
     np.testing.assert_allclose(np.concatenate([s["p1"] for s in shards.collect()]), want_a, atol=1e-5)
+
+
+def test_native_dataset_with_rows_no_worker_count_divides_equals_one_process(orca_context, all_backends):
+    """41 rows in batches of 4 per worker: rank 0 takes batches 0, 2, ..., 10 (the last holds one
+    row), rank 1 batches 1, 3, ..., 9. Step i is rows 8i..8i+7 and the last step row 40 alone: no
+    row padded or repeated, and the weights equal plain Keras on the same global batches to 1e-6."""
+    creator = linear_creator(lr=0.1, n_in=4, metrics=())
+    x, y = regression(rows=41, seed=5)
+
+    def data_creator(config, batch_size):
+        import tensorflow as tf
+
+        return tf.data.Dataset.from_tensor_slices((x, y[:, None])).batch(batch_size)
+
+    est = Estimator.from_keras(model_creator=creator, backend=all_backends, workers_per_node=2, verbose=0)
+    try:
+        hist = est.fit(data_creator, epochs=2, batch_size=8)
+        got = est.get_model().get_weights()
+    finally:
+        est.shutdown()
+    assert [h["num_samples"] for h in hist] == [41, 41]
+    ref = creator({})
+    ref.fit(x, y[:, None], batch_size=8, epochs=2, shuffle=False, verbose=0)
+    for g, w in zip(got, ref.get_weights(), strict=True):
+        np.testing.assert_allclose(g, w, atol=1e-6)

@@ -238,3 +238,44 @@ def test_ray_dataset_input(orca_context, reg):
         assert_learned(est, hist, x, len(x))
     finally:
         est.shutdown()
+
+
+def test_native_loader_with_rows_no_worker_count_divides_equals_one_process(orca_context, all_backends):
+    """41 rows, 2 workers, 4 rows per worker step: rank 0 reads 21 rows (6 batches), rank 1 20
+    (5 batches). The last step is rank 0's single row alone: no row padded or repeated, and the
+    weights equal a single-process run over the same global batches to 1e-6."""
+    from torch.utils.data import DataLoader, TensorDataset
+
+    rng = np.random.default_rng(3)
+    x = rng.normal(size=(41, 3)).astype(np.float32)
+    y = (x @ np.array([1.0, -2.0, 0.5], np.float32) + 0.3)[:, None].astype(np.float32)
+    ds = TensorDataset(torch.from_numpy(x), torch.from_numpy(y))
+
+    def model_creator(config):
+        torch.manual_seed(7)
+        return nn.Linear(3, 1)
+
+    def creator(config, batch_size):
+        return DataLoader(ds, batch_size=batch_size, shuffle=False)
+
+    est = Estimator.from_torch(model=model_creator, optimizer=sgd(0.1), loss=nn.MSELoss(), backend=all_backends,
+                               workers_per_node=2)
+    try:
+        hist = est.fit(creator, epochs=2, batch_size=8)
+        got = [p.detach().numpy() for p in est.get_model().parameters()]
+    finally:
+        est.shutdown()
+    assert [h["num_samples"] for h in hist] == [41, 41]
+
+    ref = model_creator({})
+    opt = torch.optim.SGD(ref.parameters(), lr=0.1)
+    shares = [np.arange(41)[r::2] for r in range(2)]
+    steps = [np.concatenate([s[i * 4:(i + 1) * 4] for s in shares]) for i in range(6)]
+    assert sorted(np.concatenate(steps).tolist()) == list(range(41))
+    for _ in range(2):
+        for rows in steps:
+            opt.zero_grad()
+            nn.MSELoss()(ref(torch.from_numpy(x[rows])), torch.from_numpy(y[rows])).backward()
+            opt.step()
+    for g, w in zip(got, ref.parameters(), strict=True):
+        np.testing.assert_allclose(g, w.detach().numpy(), atol=1e-6)
