@@ -18,6 +18,7 @@ import numpy as np
 import torch
 import torch.distributed as dist
 from orca.core.plugin import Batch, Rendezvous, Runner
+from orca.torch import _codec  # noqa: F401 - registers torch tensors for checkpoints
 from orca.torch._spec import build_loss, build_model, build_optimizer
 from torch import nn
 

@@ -18,6 +18,10 @@ import numpy as np
 from orca.core.sync import SyncError, SyncGroup
 
 
+#: the secret the ranks of these checks share (a real job's comes from orca.core.sync.job_token())
+TEST_TOKEN = "orca-sync-checks-token-0123456789abcdef"
+
+
 def rank_buffer(rank: int, n: int, dtype: str, seed: int = 0) -> np.ndarray:
     """The deterministic buffer rank ``rank`` contributes (any rank can rebuild any other's)."""
     return np.random.default_rng([seed, rank, n]).standard_normal(n).astype(dtype)
@@ -36,7 +40,7 @@ def check_allreduce(rank: int, world: int, master_addr: str, master_port: int, c
     """
     errors: dict[str, float] = {}
     digests: dict[str, str] = {}
-    with SyncGroup.connect(rank, world, master_addr, master_port, timeout_s=timeout_s) as group:
+    with SyncGroup.connect(rank, world, master_addr, master_port, token=TEST_TOKEN, timeout_s=timeout_s) as group:
         for dtype, n in cases:
             expected = rank_buffer(0, n, dtype).astype(np.float64)
             for r in range(1, world):
@@ -65,7 +69,7 @@ def check_failure(rank: int, world: int, master_addr: str, master_port: int, *, 
         ``{"rank", "error": exception class name, "message", "after_s": seconds from the victim's
         failure to this rank's error}``.
     """
-    group = SyncGroup.connect(rank, world, master_addr, master_port, timeout_s=timeout_s)
+    group = SyncGroup.connect(rank, world, master_addr, master_port, token=TEST_TOKEN, timeout_s=timeout_s)
     buf = np.ones(n, np.float32)
     group.allreduce(buf)
     group.barrier()  # everyone is connected and stepping: now fail
