@@ -17,7 +17,6 @@ import numpy as np
 
 from orca.core.sync import SyncError, SyncGroup
 
-
 #: the secret the ranks of these checks share (a real job's comes from orca.core.sync.job_token())
 TEST_TOKEN = "orca-sync-checks-token-0123456789abcdef"
 
@@ -36,7 +35,7 @@ def check_allreduce(rank: int, world: int, master_addr: str, master_port: int, c
 
     Returns:
         ``{"rank", "errors": {"<dtype>/<n>/<op>": max relative error vs numpy}, "digests": {same keys:
-        sha1 of the result}, "gathered", "broadcast_ok"}``.
+        sha256 of the result}, "gathered", "broadcast_ok"}``.
     """
     errors: dict[str, float] = {}
     digests: dict[str, str] = {}
@@ -51,7 +50,7 @@ def check_allreduce(rank: int, world: int, master_addr: str, master_port: int, c
                 want = expected / world if op == "mean" else expected
                 scale = max(1.0, float(np.abs(want).max())) if n else 1.0
                 errors[f"{dtype}/{n}/{op}"] = float(np.abs(out - want).max() / scale) if n else 0.0
-                digests[f"{dtype}/{n}/{op}"] = hashlib.sha1(out.tobytes()).hexdigest()
+                digests[f"{dtype}/{n}/{op}"] = hashlib.sha256(out.tobytes()).hexdigest()
                 del buf, out
         weights = np.full(1001, float(rank), np.float64)
         group.broadcast(weights, root=0)
