@@ -36,7 +36,7 @@ def _worker(rank: int, world: int, ports: tuple[int, int], sizes_mb: list[int], 
 
     torch.set_num_threads(1)
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{ports[0]}", rank=rank, world_size=world)
-    group = SyncGroup.connect(rank, world, "127.0.0.1", ports[1], timeout_s=120)
+    group = SyncGroup.connect(rank, world, "127.0.0.1", ports[1], token="allreduce-benchmark-token-0123456789", timeout_s=120)
     out: dict[int, dict[str, float]] = {}
     for size in sizes_mb:
         t = torch.ones(size * MB // 4, dtype=torch.float32)

@@ -12,6 +12,7 @@ import pytest
 from orca.core._net import find_free_port
 from orca.core.sync import SyncError, SyncGroup, shard_bounds
 from orca.core.testing.clusters import run_python
+from orca.core.testing.sync_checks import TEST_TOKEN
 
 MB64 = 16 << 20  # float32 elements in 64 MB
 # 1 element up to 64 MB, sizes that N in 2..4 does not divide, sizes below N
@@ -39,7 +40,7 @@ def test_shard_bounds_cover_the_buffer():
 
 
 def test_group_of_one_is_a_no_op():
-    group = SyncGroup.connect(0, 1, "127.0.0.1", 0)
+    group = SyncGroup.connect(0, 1, "127.0.0.1", 0, token=TEST_TOKEN)
     buf = np.arange(5, dtype=np.float32)
     assert group.allreduce(buf, op="mean") is buf and buf.tolist() == [0, 1, 2, 3, 4]
     assert group.allgather("x") == ["x"]
@@ -47,7 +48,7 @@ def test_group_of_one_is_a_no_op():
 
 
 def test_bad_buffers_are_rejected():
-    group = SyncGroup.connect(0, 1, "127.0.0.1", 0)
+    group = SyncGroup.connect(0, 1, "127.0.0.1", 0, token=TEST_TOKEN)
     with pytest.raises(TypeError, match="float32 or float64"):
         group.allreduce(np.arange(4))
     with pytest.raises(ValueError, match="contiguous"):
@@ -55,7 +56,7 @@ def test_bad_buffers_are_rejected():
     with pytest.raises(ValueError, match="'mean' or 'sum'"):
         group.allreduce(np.zeros(4, np.float32), op="max")
     with pytest.raises(ValueError, match="outside"):
-        SyncGroup.connect(3, 2, "127.0.0.1", 0)
+        SyncGroup.connect(3, 2, "127.0.0.1", 0, token=TEST_TOKEN)
 
 
 @pytest.mark.timeout(300)
@@ -139,7 +140,7 @@ def test_mismatched_buffers_get_a_clear_error():
 
     def rank(r: int) -> None:
         try:
-            with SyncGroup.connect(r, 2, "127.0.0.1", port, timeout_s=10) as g:
+            with SyncGroup.connect(r, 2, "127.0.0.1", port, token=TEST_TOKEN, timeout_s=10) as g:
                 g.allreduce(np.ones(10 + r, np.float32))
         except SyncError as exc:
             errors[r] = exc

@@ -225,7 +225,7 @@ def test_save_and_load_pickle_round_trip(backend: str, tmp_path: Path) -> None:
         "part-00001-00000.pkl",
         "part-00002-00000.pkl",
     ]
-    loaded = XShards.load_pickle(str(tmp_path / "shards"), backend=backend)
+    loaded = XShards.load_pickle(str(tmp_path / "shards"), backend=backend, allow_pickle=True)
     assert isinstance(loaded, FORMS[backend]) and loaded.num_partitions() == 3
     np.testing.assert_array_equal(np.concatenate([p["x"] for p in loaded.collect()]), data["x"])
 
@@ -233,14 +233,31 @@ def test_save_and_load_pickle_round_trip(backend: str, tmp_path: Path) -> None:
 def test_load_pickle_accepts_fsspec_urls(tmp_path: Path) -> None:
     url = f"file://{tmp_path}/frames"
     XShards.from_list([_frame(2), _frame(3)], backend="local").save_pickle(url)
-    loaded = XShards.load_pickle(url, backend="local")
+    loaded = XShards.load_pickle(url, backend="local", allow_pickle=True)
     assert loaded.num_rows_per_partition() == [2, 3]
 
 
 def test_load_pickle_of_a_missing_path_names_it(tmp_path: Path) -> None:
     missing = str(tmp_path / "nope")
     with pytest.raises(FileNotFoundError, match="nope"):
-        XShards.load_pickle(missing, backend="local")
+        XShards.load_pickle(missing, backend="local", allow_pickle=True)
+
+
+def test_load_pickle_refuses_without_allow_pickle_and_runs_nothing(tmp_path: Path) -> None:
+    """A pickle that would create a file when loaded: without allow_pickle=True it is never opened."""
+    import pickle
+
+    marker = tmp_path / "pwned"
+    (tmp_path / "evil").mkdir()
+
+    class Evil:
+        def __reduce__(self):  # runs on unpickling
+            return (open, (str(marker), "w"))
+
+    (tmp_path / "evil" / "part-00000-00000.pkl").write_bytes(pickle.dumps(Evil()))
+    with pytest.raises(ValueError, match="allow_pickle=True"):
+        XShards.load_pickle(str(tmp_path / "evil"), backend="local")
+    assert not marker.exists()
 
 
 # ---------------------------------------------------------------------- converting forms

@@ -13,6 +13,7 @@ orca-core's tests):
 3. a test module running :class:`orca.core.testing.conformance.EstimatorConformance`.
 """
 
+from orca.core.codec import register_array_type
 from orca.core.context import OrcaContext, register_spark_jars
 from orca.core.engine.adapters import get_data_source, is_xshards
 from orca.core.engine.backend import Backend, declare
@@ -31,5 +32,5 @@ __all__ = [
     "Callback", "Collective", "CreatorSource", "DataFrameSource", "DataSource", "EarlyStopping", "History", "Metric",
     "ModelCheckpoint", "NotFittedError", "OrcaContext", "OrcaWorkerError", "Part", "Rendezvous", "Runner", "ShardsSource",
     "Top5Accuracy", "check_part", "check_positive_int", "declare", "get_data_source", "is_xshards", "pack",
-    "register_spark_jars", "shard_to_part", "solo_runner", "unpack",
+    "register_array_type", "register_spark_jars", "shard_to_part", "solo_runner", "unpack",
 ]

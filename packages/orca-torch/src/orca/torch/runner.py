@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import datetime
 import os
+import socket
 from collections.abc import Iterator
 from typing import Any
 
@@ -18,6 +19,7 @@ import numpy as np
 import torch
 import torch.distributed as dist
 from orca.core.plugin import Batch, Rendezvous, Runner
+from orca.torch import _codec  # noqa: F401 - registers torch tensors for checkpoints
 from orca.torch._spec import build_loss, build_model, build_optimizer
 from torch import nn
 
@@ -76,8 +78,8 @@ class TorchRunner(Runner):
         timeout = datetime.timedelta(seconds=self.timeout_s)
         if rendezvous.master_addr.startswith("127."):
             os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")  # keep gloo on loopback
-        dist.init_process_group("gloo", init_method=f"tcp://{rendezvous.master_addr}:{rendezvous.master_port}",
-                                rank=self.rank, world_size=self.world, timeout=timeout)
+        store = _tcp_store(rendezvous, timeout)
+        dist.init_process_group("gloo", store=store, rank=self.rank, world_size=self.world, timeout=timeout)
 
     def _allreduce_mean_(self, t: torch.Tensor) -> None:
         """Replace ``t`` (contiguous) in place by its mean over all workers."""
@@ -231,6 +233,26 @@ class TorchRunner(Runner):
             self.optimizer.load_state_dict(state["optimizer"])
         if self.scheduler is not None and state.get("scheduler"):
             self.scheduler.load_state_dict(state["scheduler"])
+
+
+def _tcp_store(rendezvous: Rendezvous, timeout: datetime.timedelta) -> dist.TCPStore:
+    """The gloo group's key-value store; rank 0 serves it on ``master_addr`` only.
+
+    torch's TCPStore listens on every interface when it opens its own socket; rank 0 hands it
+    one bound to ``master_addr`` (127.0.0.1 in local mode, the node's address in a cluster).
+    """
+    addr, port = rendezvous.master_addr, int(rendezvous.master_port)
+    if rendezvous.rank != 0:
+        return dist.TCPStore(addr, port, rendezvous.world_size, False, timeout)
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((addr, port))
+        sock.listen(max(128, rendezvous.world_size))
+    except OSError:
+        sock.close()
+        raise
+    return dist.TCPStore(addr, port, rendezvous.world_size, True, timeout, master_listen_fd=sock.detach())
 
 
 class BigDLTorchRunner(TorchRunner):

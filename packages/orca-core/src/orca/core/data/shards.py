@@ -147,16 +147,28 @@ class XShards(abc.ABC):
         return SparkXShards(spark_df_to_pandas_rdd(df))
 
     @staticmethod
-    def load_pickle(path: str, backend: str | None = None) -> XShards:
+    def load_pickle(path: str, backend: str | None = None, *, allow_pickle: bool = False) -> XShards:
         """Load XShards written by :meth:`save_pickle`, one shard per file.
+
+        Pickle files are executable: unpickling one runs whatever code it holds, on the driver
+        or the executors. So this reads only what the caller vouches for with
+        ``allow_pickle=True`` (files this job or you wrote, in storage no one else can write).
+        For data others may touch, keep shards as Parquet (``xshards.to_spark_df()`` then
+        ``.write.parquet(...)``; ``orca.core.data.read_parquet`` reads it back).
 
         Args:
             path: a local directory or fsspec URL.
             backend: ``"spark"``, ``"ray"`` or ``"local"``; default follows the active context.
+            allow_pickle: must be ``True``: confirms the files are trusted.
 
         Raises:
+            ValueError: ``allow_pickle`` is not ``True``.
             FileNotFoundError: ``path`` does not exist or holds no shard files.
         """
+        if allow_pickle is not True:
+            raise ValueError(f"XShards.load_pickle({path!r}) unpickles the files, which runs any code they hold; "
+                             "pass allow_pickle=True if you trust them (you or this job wrote them, and no one "
+                             "else can write there), or store shards as Parquet instead.")
         from orca.core.data._files import load_pickle
 
         return load_pickle(path, resolve_backend(backend))
@@ -281,7 +293,8 @@ class XShards(abc.ABC):
     def save_pickle(self, path: str) -> None:
         """Write each shard to its own pickle file under ``path`` (local or fsspec URL).
 
-        Files are ``part-<partition>-<index>.pkl``, written where the shards live.
+        Files are ``part-<partition>-<index>.pkl``, written where the shards live. Pickles are
+        executable: :meth:`load_pickle` reads them back only with ``allow_pickle=True``.
         """
         self._write_shards(path)
 

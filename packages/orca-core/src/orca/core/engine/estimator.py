@@ -184,7 +184,7 @@ class BaseEstimator:
             from orca.core.engine.progress import ProgressServer, driver_host
 
             progress = ProgressServer(driver_host())
-            args.progress_address = progress.address
+            args.progress_address = progress.endpoint
         group = self._workers()
         try:
             group.prepare(src, val)
@@ -276,23 +276,32 @@ class BaseEstimator:
         self._model = ModelState(state, self._model.version + 1)
 
     def save_checkpoint(self, path: str) -> str:
-        """Write model, optimizer and epoch to ``path`` (local or fsspec URL); returns the path."""
-        import cloudpickle
-        import fsspec
+        """Write model, optimizer and epoch to ``path`` (local or fsspec URL); returns the path.
 
-        with fsspec.open(path, "wb") as fh:
-            cloudpickle.dump({"epoch": self._epoch, "state": self.get_state()}, fh)
+        The file holds numbers and arrays only (:mod:`orca.core.engine.checkpoint`): loading it
+        runs no code.
+        """
+        from orca.core.engine.checkpoint import write_checkpoint
+
+        write_checkpoint(path, self._epoch, self.get_state())
         return path
 
-    def load_checkpoint(self, path: str) -> None:
-        """Restore a checkpoint written by ``save_checkpoint`` or ``ModelCheckpoint``; ``fit`` continues."""
-        import cloudpickle
-        import fsspec
+    def load_checkpoint(self, path: str, allow_pickle: bool = False) -> None:
+        """Restore a checkpoint written by ``save_checkpoint`` or ``ModelCheckpoint``; ``fit`` continues.
 
-        with fsspec.open(path, "rb") as fh:
-            ckpt = cloudpickle.load(fh)
-        self._epoch = int(ckpt.get("epoch", 0))
-        self.set_state(ckpt["state"])
+        Args:
+            path: the checkpoint file (local or fsspec URL).
+            allow_pickle: also read a pickled checkpoint (as older Orca versions wrote). Unpickling
+                runs whatever code the file holds: pass ``True`` only for files you trust.
+
+        Raises:
+            ValueError: the file is a pickle and ``allow_pickle`` is False, or not a checkpoint.
+        """
+        from orca.core.engine.checkpoint import read_checkpoint
+
+        epoch, state = read_checkpoint(path, allow_pickle=allow_pickle)
+        self._epoch = epoch
+        self.set_state(state)
 
     @staticmethod
     def latest_checkpoint(directory: str) -> str:

@@ -67,7 +67,10 @@ class WorkerGroup(abc.ABC):
 
     def __init__(self, runner_cls: type[Runner], spec: dict[str, Any], num_workers: int, threads: int,
                  timeout_s: float) -> None:
-        self.runner_cls, self.spec = runner_cls, spec
+        from orca.core.sync import job_token
+
+        # the group's secret: its workers authenticate each other with it (orca.core.sync.handshake)
+        self.runner_cls, self.spec = runner_cls, dict(spec, sync_token=spec.get("sync_token") or job_token())
         self.num_workers, self.threads, self.timeout_s = num_workers, threads, timeout_s
 
     @classmethod

@@ -37,8 +37,8 @@ class FitArgs:
     #: validate after epochs whose 1-based number is a multiple of this (the same epochs on every rank)
     validation_freq: int = 1
     callbacks: list[Callback] = field(default_factory=list)
-    #: where rank 0 sends progress (the driver's ProgressServer), if anywhere
-    progress_address: tuple[str, int] | None = None
+    #: where rank 0 sends progress (the driver's ProgressServer: host, port, token), if anywhere
+    progress_address: tuple[str, int, str] | None = None
     #: batches of one epoch of a data creator (``None``: the loader's own length)
     steps_per_epoch: int | None = None
     #: batches of one validation pass of a data creator
@@ -93,7 +93,7 @@ def merge_eval_states(metric_spec: Any, states: Sequence[dict[str, Any]], prefix
 class _Progress(Callback):
     """Rank 0's progress reports to the driver's bar, as an ordinary worker-side callback."""
 
-    def __init__(self, address: tuple[str, int], total_steps: int | None) -> None:
+    def __init__(self, address: tuple[str, int, str], total_steps: int | None) -> None:
         from orca.core.engine.progress import Reporter
 
         self.reporter = Reporter(address)

@@ -3,17 +3,36 @@
 Workers (Spark tasks or Ray actors) connect to a listener on the driver and send JSON
 lines; the driver draws a single tqdm bar. Reporting is best effort: a worker that cannot
 reach the driver trains on silently, and nothing ever waits on the bar.
+
+The listener takes only reporters of this fit: a connection's first line must be the fit's
+random token (shipped to rank 0 with the job), or it is closed. Everything is bounded: at
+most :data:`MAX_CONNECTIONS` connections at once, lines of at most :data:`MAX_LINE` bytes,
+the last :data:`MAX_EVENTS` events kept, and a connection silent for :data:`IDLE_S` is closed.
 """
 
 from __future__ import annotations
 
+import collections
+import hmac
 import json
 import logging
+import secrets
 import socket
 import threading
 from typing import Any
 
 log = logging.getLogger("orca")
+
+#: connections served at once (rank 0 needs one; the rest are strangers or stragglers)
+MAX_CONNECTIONS = 4
+#: the longest line read (an event is ~200 bytes)
+MAX_LINE = 64 << 10
+#: events kept for ``Estimator.progress_events``
+MAX_EVENTS = 10_000
+#: how long a connection may stay silent before the server closes it
+IDLE_S = 3600.0
+#: how long a new connection has to send its token
+AUTH_S = 5.0
 
 
 class ProgressServer:
@@ -22,17 +41,26 @@ class ProgressServer:
     Args:
         host: the driver address workers can reach (127.0.0.1 locally).
         use_tqdm: draw a tqdm bar; otherwise log each epoch's stats.
+
+    Attributes:
+        endpoint: ``(host, port, token)``, what a :class:`Reporter` needs.
+        events: the last :data:`MAX_EVENTS` events received.
+        refused: how many connections were closed for a wrong token or a bad line.
     """
 
     def __init__(self, host: str, use_tqdm: bool = True) -> None:
         self.use_tqdm = use_tqdm
-        self.events: list[dict[str, Any]] = []
+        self.events: collections.deque[dict[str, Any]] = collections.deque(maxlen=MAX_EVENTS)
+        self.refused = 0
+        self._token = secrets.token_hex(16)
         self._sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         self._sock.bind((host, 0))
         self._sock.listen(8)
         self._sock.settimeout(0.5)
         self.address = (host, int(self._sock.getsockname()[1]))
+        self.endpoint = (host, self.address[1], self._token)
         self._bar: Any = None
+        self._lock = threading.Lock()
         self._stop = threading.Event()
         self._readers: list[threading.Thread] = []
         self._thread = threading.Thread(target=self._serve, name="orca-progress", daemon=True)
@@ -44,20 +72,56 @@ class ProgressServer:
                 conn, _ = self._sock.accept()
             except OSError:
                 continue
-            reader = threading.Thread(target=self._read, args=(conn,), daemon=True)
+            self._readers = [r for r in self._readers if r.is_alive()]
+            if len(self._readers) >= MAX_CONNECTIONS:
+                self._refuse(conn, "too many connections")
+                continue
+            reader = threading.Thread(target=self._read, args=(conn,), name="orca-progress-reader", daemon=True)
             self._readers.append(reader)
             reader.start()
 
+    def _refuse(self, conn: socket.socket, why: str) -> None:
+        with self._lock:
+            self.refused += 1
+        log.debug("progress server: closed a connection (%s)", why)
+        conn.close()
+
     def _read(self, conn: socket.socket) -> None:
-        with conn, conn.makefile("r", encoding="utf-8") as lines:
-            for line in lines:
-                try:
-                    self._handle(json.loads(line))
-                except (ValueError, TypeError):
-                    continue
+        try:
+            conn.settimeout(AUTH_S)
+            with conn.makefile("rb") as lines:
+                first = lines.readline(len(self._token) + 2).strip()
+                if not hmac.compare_digest(first, self._token.encode()):
+                    self._refuse(conn, "no token")
+                    return
+                conn.settimeout(IDLE_S)
+                while True:
+                    line = lines.readline(MAX_LINE)
+                    if not line:
+                        return
+                    if not line.endswith(b"\n"):
+                        self._refuse(conn, f"a line longer than {MAX_LINE} bytes")
+                        return
+                    try:
+                        event = json.loads(line)
+                    except ValueError:
+                        continue
+                    if isinstance(event, dict):
+                        self._handle(event)
+        except OSError:
+            return
+        finally:
+            conn.close()
 
     def _handle(self, event: dict[str, Any]) -> None:
-        self.events.append(event)
+        with self._lock:
+            self.events.append(event)
+            try:
+                self._draw(event)
+            except (TypeError, ValueError):  # a malformed field: the event is kept, the bar skips it
+                pass
+
+    def _draw(self, event: dict[str, Any]) -> None:
         kind = event.get("event")
         if kind == "begin" and self.use_tqdm:
             from tqdm.auto import tqdm
@@ -88,13 +152,15 @@ class ProgressServer:
 class Reporter:
     """Worker side: sends events to the driver's :class:`ProgressServer`, never raising."""
 
-    def __init__(self, address: tuple[str, int] | None, every: int = 5) -> None:
+    def __init__(self, address: tuple[str, int, str] | None, every: int = 5) -> None:
         self.every = every
         self._pending = 0
         self._sock: socket.socket | None = None
         if address is not None:
+            host, port, token = address
             try:
-                self._sock = socket.create_connection(address, timeout=5)
+                self._sock = socket.create_connection((host, port), timeout=5)
+                self._sock.sendall(token.encode() + b"\n")
             except OSError:
                 self._sock = None
 

@@ -149,7 +149,8 @@ class Runner(abc.ABC):
             # a child's parent holds the group (see orca.core.engine.child)
             from orca.core.sync import SyncGroup
 
-            self.group = SyncGroup.from_rendezvous(rendezvous, timeout_s=self.timeout_s)
+            self.group = SyncGroup.from_rendezvous(rendezvous, token=self.spec.get("sync_token"),
+                                                   timeout_s=self.timeout_s)
 
     def seed_framework(self, seed: int) -> None:  # noqa: B027 - an optional hook
         """Seed the framework's random generators (numpy's is seeded already)."""
@@ -276,9 +277,8 @@ class Runner(abc.ABC):
         return h.hexdigest()
 
     def save_checkpoint(self, path: str, epoch: int) -> None:
-        """Write a checkpoint (state plus ``epoch``) to ``path`` (local or fsspec URL)."""
-        import cloudpickle
-        import fsspec
+        """Write a checkpoint (state plus ``epoch``) to ``path`` (local or fsspec URL), in Orca's
+        non-executable format (:mod:`orca.core.engine.checkpoint`)."""
+        from orca.core.engine.checkpoint import write_checkpoint
 
-        with fsspec.open(path, "wb") as fh:
-            cloudpickle.dump({"epoch": epoch, "state": self.get_state()}, fh)
+        write_checkpoint(path, epoch, self.get_state())

@@ -24,6 +24,12 @@ others raise :class:`PeerLostError` (its sockets close), one that is stuck makes
 :class:`SyncTimeoutError`. A rank that fails closes its own connections, so the failure
 spreads to the whole group at once instead of one timeout per hop.
 
+Workers join only by proving they hold the job's secret token (an HMAC challenge-response,
+:mod:`orca.core.sync.handshake`); a stranger's connection is dropped and the group goes on.
+Nothing that arrives is unpickled: buffers land in arrays of a known size, and small objects
+(:meth:`SyncGroup.allgather`) use the non-executable :mod:`orca.core.codec`, bounded by
+``max_object_bytes``.
+
 The module is framework-neutral (numpy and the standard library only): the PyTorch
 ``bigdl`` backend and the TF1 graph Estimator both use it.
 """
@@ -31,9 +37,7 @@ The module is framework-neutral (numpy and the standard library only): the PyTor
 from __future__ import annotations
 
 import json
-import pickle
 import socket
-import struct
 import threading
 import time
 from collections.abc import Sequence
@@ -42,15 +46,17 @@ from typing import Any
 
 import numpy as np
 
+from orca.core.codec import CodecError, decode, encode
 from orca.core.engine.runner import Collective
+from orca.core.sync.handshake import HEADER, HELLO, MAGIC, TABLE, accept_peers, dial, recv_exact, token_key
 
 __all__ = ["PeerLostError", "SyncError", "SyncGroup", "SyncTimeoutError"]
 
-_MAGIC = b"ORCA"
-_HEADER = struct.Struct("!4sIQQ")  # magic, operation, sequence number, payload bytes
-_HELLO, _TABLE, _REDUCE, _GATHER, _BCAST, _OBJECT = range(1, 7)
-_OP_NAMES = {_HELLO: "hello", _TABLE: "address table", _REDUCE: "allreduce (reduce-scatter)",
+_REDUCE, _GATHER, _BCAST, _OBJECT = range(3, 7)
+_OP_NAMES = {HELLO: "hello", TABLE: "address table", _REDUCE: "allreduce (reduce-scatter)",
              _GATHER: "allreduce (all-gather)", _BCAST: "broadcast", _OBJECT: "allgather"}
+#: the default bound on one rank's allgather message (stats, metric states, flags)
+MAX_OBJECT_BYTES = 256 << 20
 _SOCKET_BUFFER = 4 << 20
 
 
@@ -114,20 +120,22 @@ class SyncGroup(Collective):
         timeout_s: the bound on every receive and send.
 
     Example:
-        >>> group = SyncGroup.connect(rank, world, "127.0.0.1", port)  # doctest: +SKIP
+        >>> group = SyncGroup.connect(rank, world, "127.0.0.1", port, token=token)  # doctest: +SKIP
         >>> grads = np.ones(1000, np.float32)                            # doctest: +SKIP
         >>> group.allreduce(grads, op="mean")  # in place; identical on every rank  # doctest: +SKIP
     """
 
-    def __init__(self, rank: int, world_size: int, peers: dict[int, socket.socket], timeout_s: float) -> None:
+    def __init__(self, rank: int, world_size: int, peers: dict[int, socket.socket], timeout_s: float,
+                 max_object_bytes: int = MAX_OBJECT_BYTES) -> None:
         self.rank = rank
+        self.max_object_bytes = int(max_object_bytes)
         self.world_size = world_size
         self.timeout_s = timeout_s
         self._peers = peers
         self._order = [(rank + k) % world_size for k in range(1, world_size)]  # spread the load
         self._pool = ThreadPoolExecutor(max_workers=max(1, world_size - 1), thread_name_prefix="orca-sync")
         self._seq = 0
-        self._header = bytearray(_HEADER.size)
+        self._header = bytearray(HEADER.size)
         self._scratch: dict[tuple[int, str], np.ndarray] = {}
         self._error: BaseException | None = None
         self._lock = threading.Lock()
@@ -135,30 +143,37 @@ class SyncGroup(Collective):
     # ------------------------------------------------------------------ set-up
     @classmethod
     def connect(cls, rank: int, world_size: int, master_addr: str, master_port: int, *,
-                host: str = "127.0.0.1", timeout_s: float = 60.0) -> SyncGroup:
-        """Connect this worker to its ``world_size - 1`` peers.
+                token: str | bytes | None, host: str = "127.0.0.1", timeout_s: float = 60.0,
+                max_object_bytes: int = MAX_OBJECT_BYTES) -> SyncGroup:
+        """Connect this worker to its ``world_size - 1`` peers, authenticated by the job's ``token``.
 
         Rank 0 listens on ``master_addr:master_port``; the others listen on an ephemeral port
         of ``host``, tell rank 0 where, get everyone's address back and connect to the ranks
-        below them. Returns when every pair is connected.
+        below them. Every connection starts with a challenge-response on ``token``
+        (:mod:`orca.core.sync.handshake`): a stranger's connection is dropped and logged, and
+        the group keeps waiting for its real members. Returns when every pair is connected.
 
         Args:
             rank: this worker's rank, ``0..world_size-1``.
             world_size: number of workers.
             master_addr: rank 0's address.
             master_port: a free port on rank 0's host (Orca's Rendezvous reserves one).
+            token: the job's secret (:func:`orca.core.sync.job_token` on the driver, shipped to
+                every worker with the job); the same on every rank.
             host: the interface this worker listens on (loopback in local mode).
             timeout_s: bound on connecting and on every later receive and send.
+            max_object_bytes: the largest message :meth:`allgather` accepts from a peer.
 
         Raises:
             SyncTimeoutError: a peer did not show up within ``timeout_s``.
             SyncError: peers disagree on the group size, or rank 0's port is taken.
-            ValueError: a rank outside ``0..world_size-1``.
+            ValueError: a rank outside ``0..world_size-1``, or no token.
         """
         if not 0 <= rank < world_size:
             raise ValueError(f"rank {rank} is outside 0..{world_size - 1}.")
+        key = token_key(token)
         if world_size == 1:
-            return cls(rank, 1, {}, timeout_s)
+            return cls(rank, 1, {}, timeout_s, max_object_bytes)
         deadline = time.monotonic() + timeout_s
         listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -169,27 +184,23 @@ class SyncGroup(Collective):
             except OSError as exc:
                 raise SyncError(f"rank {rank} cannot listen on {master_addr if rank == 0 else host}:"
                                 f"{master_port if rank == 0 else 0}: {exc}") from None
-            listener.listen(world_size)
+            listener.listen(max(8, world_size))
             me = f"{listener.getsockname()[0]}:{listener.getsockname()[1]}"
             if rank == 0:
-                table = {0: me}
-                for _ in range(world_size - 1):
-                    sock, peer_rank, addr = cls._accept(listener, world_size, deadline)
-                    peers[peer_rank] = sock
-                    table[peer_rank] = addr
+                joined = accept_peers(listener, key, rank, world_size, set(range(1, world_size)), deadline)
+                peers.update({r: sock for r, (sock, _) in joined.items()})
+                table = {0: me, **{r: hello.addr for r, (_, hello) in joined.items()}}
                 blob = json.dumps(table).encode()
                 for sock in peers.values():
-                    sock.sendall(_HEADER.pack(_MAGIC, _TABLE, 0, len(blob)) + blob)
+                    sock.sendall(HEADER.pack(MAGIC, TABLE, 0, len(blob)) + blob)
             else:
-                sock = cls._dial(master_addr, master_port, rank, world_size, me, deadline)
-                peers[0] = sock
-                table = {int(k): v for k, v in json.loads(cls._read_message(sock, _TABLE, 0, deadline)).items()}
+                peers[0] = dial(master_addr, master_port, key, rank, world_size, me, deadline)
+                table = cls._read_table(peers[0], world_size, deadline)
                 for lower in range(1, rank):
                     addr, port = table[lower].rsplit(":", 1)
-                    peers[lower] = cls._dial(addr, int(port), rank, world_size, me, deadline)
-                for _ in range(world_size - 1 - rank):
-                    sock, peer_rank, _ = cls._accept(listener, world_size, deadline)
-                    peers[peer_rank] = sock
+                    peers[lower] = dial(addr, int(port), key, rank, world_size, me, deadline)
+                joined = accept_peers(listener, key, rank, world_size, set(range(rank + 1, world_size)), deadline)
+                peers.update({r: sock for r, (sock, _) in joined.items()})
         except BaseException:
             for sock in peers.values():
                 sock.close()
@@ -198,10 +209,10 @@ class SyncGroup(Collective):
             listener.close()
         for sock in peers.values():
             _tune(sock, timeout_s)
-        return cls(rank, world_size, peers, timeout_s)
+        return cls(rank, world_size, peers, timeout_s, max_object_bytes)
 
     @classmethod
-    def from_rendezvous(cls, rendezvous: Any, timeout_s: float = 60.0) -> SyncGroup:
+    def from_rendezvous(cls, rendezvous: Any, token: str | bytes | None, timeout_s: float = 60.0) -> SyncGroup:
         """Connect the group described by an :class:`orca.core.engine.Rendezvous`.
 
         Rank 0 listens on the rendezvous' ``sync_port`` (reserved for this group by every Orca
@@ -209,53 +220,26 @@ class SyncGroup(Collective):
         """
         port = int((rendezvous.extra or {}).get("sync_port") or rendezvous.master_port)
         return cls.connect(rendezvous.rank, rendezvous.world_size, rendezvous.master_addr or "127.0.0.1",
-                           port, host=rendezvous.host, timeout_s=timeout_s)
+                           port, token=token, host=rendezvous.host, timeout_s=timeout_s)
 
     @staticmethod
-    def _read_message(sock: socket.socket, op: int, seq: int, deadline: float) -> bytes:
+    def _read_table(sock: socket.socket, world: int, deadline: float) -> dict[int, str]:
+        """Rank 0's address table (from an authenticated connection; its size and shape checked)."""
         sock.settimeout(max(0.1, deadline - time.monotonic()))
-        header = bytearray(_HEADER.size)
         try:
-            ok = _recv_exact(sock, memoryview(header))
-            magic, got_op, got_seq, nbytes = _HEADER.unpack(header)
-            if not ok or magic != _MAGIC or got_op != op or got_seq != seq:
-                raise SyncError(f"a peer broke the sync handshake (expected {_OP_NAMES[op]}).")
-            payload = bytearray(nbytes)
-            if not _recv_exact(sock, memoryview(payload)):
-                raise PeerLostError(f"a peer closed its connection during the {_OP_NAMES[op]}.")
+            magic, op, seq, nbytes = HEADER.unpack(recv_exact(sock, HEADER.size))
+            if magic != MAGIC or op != TABLE or seq != 0 or not 0 < nbytes <= 300 * world + 64:
+                raise SyncError("rank 0 broke the sync handshake (expected the address table).")
+            table = {int(k): str(v) for k, v in json.loads(recv_exact(sock, nbytes)).items()}
         except TimeoutError:
-            raise SyncTimeoutError(f"no {_OP_NAMES[op]} from a peer before the sync timeout.") from None
-        return bytes(payload)
-
-    @classmethod
-    def _accept(cls, listener: socket.socket, world: int, deadline: float) -> tuple[socket.socket, int, str]:
-        listener.settimeout(max(0.1, deadline - time.monotonic()))
-        try:
-            sock, _ = listener.accept()
-        except TimeoutError:
-            raise SyncTimeoutError("not every peer connected within the sync timeout: a worker failed to "
-                                   "start, or cannot reach this one.") from None
-        hello = json.loads(cls._read_message(sock, _HELLO, 0, deadline))
-        if hello["world"] != world:
-            sock.close()
-            raise SyncError(f"rank {hello['rank']} thinks the group has {hello['world']} workers, this one {world}.")
-        return sock, int(hello["rank"]), str(hello["addr"])
-
-    @staticmethod
-    def _dial(addr: str, port: int, rank: int, world: int, me: str, deadline: float) -> socket.socket:
-        blob = json.dumps({"rank": rank, "world": world, "addr": me}).encode()
-        delay = 0.01
-        while True:
-            try:
-                sock = socket.create_connection((addr, port), timeout=max(0.1, deadline - time.monotonic()))
-                sock.sendall(_HEADER.pack(_MAGIC, _HELLO, 0, len(blob)) + blob)
-                return sock
-            except (ConnectionRefusedError, TimeoutError) as exc:  # the peer is not listening yet
-                if time.monotonic() + delay > deadline:
-                    raise SyncTimeoutError(f"rank {rank} could not connect to {addr}:{port} within the sync "
-                                           f"timeout ({exc}).") from None
-                time.sleep(delay)
-                delay = min(delay * 2, 0.5)
+            raise SyncTimeoutError("no address table from rank 0 before the sync timeout.") from None
+        except ConnectionError:
+            raise PeerLostError("rank 0 closed its connection before sending the address table.") from None
+        except ValueError as exc:
+            raise SyncError(f"rank 0 sent a malformed address table ({exc}).") from None
+        if sorted(table) != list(range(world)):
+            raise SyncError(f"rank 0's address table names ranks {sorted(table)}, not 0..{world - 1}.")
+        return table
 
     # ------------------------------------------------------------------ collectives
     def allreduce(self, buf: np.ndarray, op: str = "mean") -> np.ndarray:
@@ -316,16 +300,33 @@ class SyncGroup(Collective):
         return buf
 
     def allgather(self, obj: Any) -> list[Any]:
-        """Every rank's (picklable) ``obj``, indexed by rank."""
+        """Every rank's ``obj``, indexed by rank.
+
+        ``obj`` is plain data: numbers, strings, bytes, lists, tuples, dicts and numeric numpy
+        arrays (see :mod:`orca.core.codec`; nothing is pickled). Each peer's message is bounded
+        by ``max_object_bytes``.
+
+        Raises:
+            orca.core.codec.CodecError: ``obj`` holds another type (before anything is sent).
+            SyncError: a peer's message is larger than ``max_object_bytes`` or not a valid encoding.
+        """
         if self.world_size == 1:
             return [obj]
+        blob = np.frombuffer(encode(obj), dtype=np.uint8)
+        if blob.nbytes > self.max_object_bytes:
+            raise ValueError(f"allgather of {blob.nbytes} bytes: more than max_object_bytes="
+                             f"{self.max_object_bytes} that the peers accept; gather less, or raise the bound.")
         seq = self._next()
-        blob = np.frombuffer(pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL), dtype=np.uint8)
         sends = [self._pool.submit(self._send, j, _OBJECT, seq, blob) for j in self._order]
         out: list[Any] = [None] * self.world_size
         out[self.rank] = obj
         for j in self._order:
-            out[j] = pickle.loads(self._recv(j, _OBJECT, seq, None))  # noqa: S301 - peers of one job
+            raw = self._recv(j, _OBJECT, seq, None)
+            try:
+                out[j] = decode(raw)
+            except CodecError as exc:
+                raise self._fail(SyncError(f"rank {self.rank}: rank {j} sent an allgather message that is not a "
+                                           f"valid encoding ({exc}).")) from None
         self._wait(sends)
         return out
 
@@ -389,7 +390,7 @@ class SyncGroup(Collective):
     def _send(self, peer: int, op: int, seq: int, arr: np.ndarray) -> None:
         sock = self._peers[peer]
         try:
-            sock.sendall(_HEADER.pack(_MAGIC, op, seq, arr.nbytes))
+            sock.sendall(HEADER.pack(MAGIC, op, seq, arr.nbytes))
             if arr.nbytes:
                 sock.sendall(arr.data.cast("B"))
         except TimeoutError:
@@ -409,14 +410,18 @@ class SyncGroup(Collective):
             if not _recv_exact(sock, memoryview(self._header)):
                 raise self._fail(PeerLostError(f"rank {self.rank}: rank {peer} closed its connection during "
                                                f"the {what}; that worker died or left."))
-            magic, got_op, got_seq, nbytes = _HEADER.unpack(self._header)
-            if magic != _MAGIC or got_op != op or got_seq != seq:
+            magic, got_op, got_seq, nbytes = HEADER.unpack(self._header)
+            if magic != MAGIC or got_op != op or got_seq != seq:
                 raise self._fail(SyncError(
                     f"rank {self.rank} is in {what} #{seq} but rank {peer} sent "
                     f"{_OP_NAMES.get(got_op, 'garbage')} #{got_seq}: every worker must call the same sync "
                     "operations in the same order."))
             payload: bytes | bytearray
             if into is None:
+                if nbytes > self.max_object_bytes:
+                    raise self._fail(SyncError(
+                        f"rank {self.rank}: rank {peer} announced a {what} message of {nbytes} bytes, more than "
+                        f"max_object_bytes={self.max_object_bytes}."))
                 payload = bytearray(nbytes)
                 view = memoryview(payload)
             else:

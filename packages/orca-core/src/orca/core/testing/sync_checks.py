@@ -17,6 +17,9 @@ import numpy as np
 
 from orca.core.sync import SyncError, SyncGroup
 
+#: the secret the ranks of these checks share (a real job's comes from orca.core.sync.job_token())
+TEST_TOKEN = "orca-sync-checks-token-0123456789abcdef"
+
 
 def rank_buffer(rank: int, n: int, dtype: str, seed: int = 0) -> np.ndarray:
     """The deterministic buffer rank ``rank`` contributes (any rank can rebuild any other's)."""
@@ -32,11 +35,11 @@ def check_allreduce(rank: int, world: int, master_addr: str, master_port: int, c
 
     Returns:
         ``{"rank", "errors": {"<dtype>/<n>/<op>": max relative error vs numpy}, "digests": {same keys:
-        sha1 of the result}, "gathered", "broadcast_ok"}``.
+        sha256 of the result}, "gathered", "broadcast_ok"}``.
     """
     errors: dict[str, float] = {}
     digests: dict[str, str] = {}
-    with SyncGroup.connect(rank, world, master_addr, master_port, timeout_s=timeout_s) as group:
+    with SyncGroup.connect(rank, world, master_addr, master_port, token=TEST_TOKEN, timeout_s=timeout_s) as group:
         for dtype, n in cases:
             expected = rank_buffer(0, n, dtype).astype(np.float64)
             for r in range(1, world):
@@ -47,7 +50,7 @@ def check_allreduce(rank: int, world: int, master_addr: str, master_port: int, c
                 want = expected / world if op == "mean" else expected
                 scale = max(1.0, float(np.abs(want).max())) if n else 1.0
                 errors[f"{dtype}/{n}/{op}"] = float(np.abs(out - want).max() / scale) if n else 0.0
-                digests[f"{dtype}/{n}/{op}"] = hashlib.sha1(out.tobytes()).hexdigest()
+                digests[f"{dtype}/{n}/{op}"] = hashlib.sha256(out.tobytes()).hexdigest()
                 del buf, out
         weights = np.full(1001, float(rank), np.float64)
         group.broadcast(weights, root=0)
@@ -65,7 +68,7 @@ def check_failure(rank: int, world: int, master_addr: str, master_port: int, *, 
         ``{"rank", "error": exception class name, "message", "after_s": seconds from the victim's
         failure to this rank's error}``.
     """
-    group = SyncGroup.connect(rank, world, master_addr, master_port, timeout_s=timeout_s)
+    group = SyncGroup.connect(rank, world, master_addr, master_port, token=TEST_TOKEN, timeout_s=timeout_s)
     buf = np.ones(n, np.float32)
     group.allreduce(buf)
     group.barrier()  # everyone is connected and stepping: now fail
