@@ -22,6 +22,7 @@ from typing import Any
 from orca.core._java import ensure_java
 from orca.core._net import find_free_port
 from orca.core._spark_conf import SPARK_CLUSTER_MODES, SPARK_OPTIONS, build_spark_conf
+from orca.core.engine.liveness import backstop_s
 
 log = logging.getLogger("orca")
 
@@ -40,8 +41,11 @@ class OrcaSettings:
         log_output: forward worker stdout/stderr to the driver.
         barrier_mode: run Spark training stages in barrier mode (all tasks start together).
         shard_size: rows per shard when Orca splits data itself (``None``: by partition).
-        worker_timeout_s: upper bound on any wait for a remote worker (rendezvous, a call
-            that returns a result); a stuck worker fails the call after this long.
+        worker_timeout_s: the longest a working worker may be silent (no training step, no
+            batch, no heartbeat) before its call fails with an error naming it. A worker that
+            makes progress is never cut off, however long the fit.
+        worker_start_timeout_s: the longest a worker may take to start (process, framework
+            import, data loading, rendezvous) before its first progress.
         ray_start_timeout_s: upper bound on Ray's start-up.
     """
 
@@ -49,6 +53,7 @@ class OrcaSettings:
     barrier_mode: bool = True
     shard_size: int | None = None
     worker_timeout_s: float = 600.0
+    worker_start_timeout_s: float = 300.0
     ray_start_timeout_s: float = 120.0
 
 
@@ -161,7 +166,8 @@ class OrcaContext:
         _add_registered_jars(entries)
         if "spark.barrier.sync.timeout" not in self.conf and self.cluster_mode != "spark-submit":
             # a barrier allGather otherwise waits up to a year for a stuck peer
-            entries["spark.barrier.sync.timeout"] = f"{max(1, int(self.settings.worker_timeout_s))}s"
+            # the driver watches liveness (orca.core.engine.liveness); Spark's own wait is a backstop
+            entries["spark.barrier.sync.timeout"] = f"{int(backstop_s(self.settings.worker_timeout_s))}s"
         had_jvm = _gateway_process() is not None
         builder = SparkSession.builder
         for key, value in entries.items():
@@ -518,8 +524,9 @@ def _validate(
         else:
             known = sorted(setting_names | SPARK_OPTIONS | CONTEXT_OPTIONS)
             raise TypeError(f"init_orca_context() got an unknown argument {name!r}; accepted: {known}.")
-    if settings.worker_timeout_s <= 0:
-        raise ValueError(f"worker_timeout_s must be > 0, got {settings.worker_timeout_s!r}.")
+    for name in ("worker_timeout_s", "worker_start_timeout_s"):
+        if not getattr(settings, name) > 0:
+            raise ValueError(f"{name} must be > 0 seconds, got {getattr(settings, name)!r}.")
     if settings.shard_size is not None and settings.shard_size < 1:
         raise ValueError(f"shard_size must be >= 1 or None, got {settings.shard_size!r}.")
     spark_options = {k: v for k, v in extra.items() if k in SPARK_OPTIONS}

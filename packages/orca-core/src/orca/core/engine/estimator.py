@@ -10,8 +10,9 @@ worker does (an error, a crash, a timeout) can take it back.
 
 from __future__ import annotations
 
+import contextlib
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any, ClassVar
 
 from orca.core.engine.backend import Backend, resolve_backend
@@ -19,6 +20,7 @@ from orca.core.engine.callbacks import Callback, latest_checkpoint
 from orca.core.engine.errors import OrcaWorkerError, check_positive_int
 from orca.core.engine.group import ModelState, WorkerGroup
 from orca.core.engine.history import History
+from orca.core.engine.liveness import backstop_s
 from orca.core.engine.loop import FitArgs, merge_eval_states
 from orca.core.engine.runner import Runner
 from orca.core.engine.sources import DataFrameSource, DataSource
@@ -95,9 +97,12 @@ class BaseEstimator:
         """This Estimator's worker group (its workers start on the first call that needs them)."""
         if self._group is None:
             workers, threads = self._size()
-            timeout_s = self._ctx().settings.worker_timeout_s
-            self._group = self._backend.group_cls()(self.runner_cls, dict(self.spec, timeout_s=timeout_s), workers,
-                                                   threads, timeout_s)
+            settings = self._ctx().settings
+            timeout_s = settings.worker_timeout_s
+            # the driver judges silence; a worker's own waits on its peers are only a backstop
+            spec = dict(self.spec, timeout_s=backstop_s(timeout_s))
+            self._group = self._backend.group_cls()(self.runner_cls, spec, workers, threads, timeout_s)
+            self._group.start_timeout_s = settings.worker_start_timeout_s
         return self._group
 
     def _replace_spec(self, spec: dict[str, Any]) -> None:
@@ -179,31 +184,41 @@ class BaseEstimator:
                        max_steps=max_steps, metrics=self.metrics, start_epoch=self._epoch,
                        callbacks=list(callbacks or []), validation_freq=validation_freq,
                        steps_per_epoch=steps_per_epoch, validation_steps=validation_steps)
-        progress = None
-        if self.use_tqdm:
-            from orca.core.engine.progress import ProgressServer, driver_host
-
-            progress = ProgressServer(driver_host())
-            args.progress_address = progress.endpoint
         group = self._workers()
         try:
-            group.prepare(src, val)
-            result = group.fit(self._model, src, val, args)
-        except (OrcaWorkerError, TimeoutError) as exc:
+            with self._watched(group, bar=self.use_tqdm) as server:
+                args.beat_to = server.endpoint
+                if self.use_tqdm:
+                    args.progress_address = server.endpoint
+                try:
+                    group.prepare(src, val)
+                    result = group.fit(self._model, src, val, args)
+                finally:
+                    #: what rank 0 reported during the last fit (what the bar showed)
+                    self.progress_events = [e for e in server.events if e.get("event") != "beat"]
+        except (OrcaWorkerError, TimeoutError, KeyboardInterrupt) as exc:
             exc.add_note(self._kept_note())
             log.warning("fit failed: %s", self._kept_note())
             raise
-        finally:
-            if progress is not None:
-                progress.close()
-                #: what rank 0 reported during the last fit (what the bar showed)
-                self.progress_events = list(progress.events)
         self._model, self._digests = result.state, result.digests
         history = result.history
         self._epoch += len(history)
         if not reduce_results:
             return History([[dict(h) for _ in range(self.num_workers)] for h in history])
         return History(history)
+
+    @contextlib.contextmanager
+    def _watched(self, group: WorkerGroup, bar: bool = False) -> Iterator[Any]:
+        """A heartbeat listener for one call: ``group`` judges its workers by their progress
+        (see :mod:`orca.core.engine.liveness`); with ``bar``, rank 0 also draws the progress bar."""
+        from orca.core.engine.progress import ProgressServer, driver_host
+
+        server = ProgressServer(driver_host(), use_tqdm=bar, liveness=group.new_liveness())
+        try:
+            with group.watching(server):
+                yield server
+        finally:
+            server.close()
 
     def _kept_note(self) -> str:
         if self._model.value is None and self._epoch == 0:
@@ -222,8 +237,9 @@ class BaseEstimator:
         self._check_batch_size(batch_size)
         src = self._source(data, feature_cols, label_cols, True, "data")
         group = self._workers()
-        group.prepare(src)
-        states = group.evaluate(self._model, src, batch_size, self.metrics)
+        with self._watched(group):
+            group.prepare(src)
+            states = group.evaluate(self._model, src, batch_size, self.metrics)
         return merge_eval_states(self.metrics, states, prefix="val_", runner=self._metric_runner())
 
     def _metric_runner(self) -> Runner | None:
@@ -256,8 +272,10 @@ class BaseEstimator:
             return src.predict_on_executors(self.runner_cls, self.spec, self._model.value, batch_size, output_cols,
                                             self._threads())
         group = self._workers()
-        group.prepare(src)
-        return src.with_predictions(group.predict(self._model, src, batch_size), output_cols)
+        with self._watched(group):
+            group.prepare(src)
+            outputs = group.predict(self._model, src, batch_size)
+        return src.with_predictions(outputs, output_cols)
 
     def worker_weight_digests(self) -> list[str]:
         """Digests of every worker's weights at the end of the last ``fit``.

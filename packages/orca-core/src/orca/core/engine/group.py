@@ -14,10 +14,11 @@ and the driver side (:func:`raise_worker_errors`, :func:`concat_outputs`) are wr
 from __future__ import annotations
 
 import abc
+import contextlib
 import os
 import socket
 import traceback
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -25,6 +26,7 @@ import numpy as np
 
 from orca.core.engine.errors import OrcaWorkerError
 from orca.core.engine.feed import Batch, Feed
+from orca.core.engine.liveness import Liveness
 from orca.core.engine.loop import FitArgs, evaluate_feed, run_fit, run_predict
 from orca.core.engine.metrics import make_metrics
 from orca.core.engine.runner import Runner
@@ -83,6 +85,40 @@ class WorkerGroup(abc.ABC):
     def started(self) -> bool:
         """True while workers are alive between calls (launchers with long-lived workers)."""
         return False
+
+    #: the longest a worker may take to start before its first progress (set by the Estimator)
+    start_timeout_s: float = 300.0
+    #: the current call's heartbeat listener on the driver (see :meth:`watching`)
+    watch: Any = None
+
+    @contextlib.contextmanager
+    def watching(self, server: Any) -> Iterator[None]:
+        """Judge the workers of the calls in this block by the heartbeats ``server`` receives
+        (a :class:`~orca.core.engine.progress.ProgressServer` holding a :class:`Liveness`)."""
+        self.watch = server
+        try:
+            yield
+        finally:
+            self.watch = None
+
+    def new_liveness(self, num_workers: int | None = None) -> Liveness:
+        """A liveness record for a call of ``num_workers`` ranks (default: the group's)."""
+        return Liveness(num_workers or self.num_workers, self.timeout_s, self.start_timeout_s)
+
+    def _liveness(self, ranks: int | None = None) -> Liveness | None:
+        """The current call's liveness record, its clocks started now (work is being submitted);
+        ``ranks``: the number of ranks that beat, when not the group's."""
+        liveness = getattr(self.watch, "liveness", None)
+        if liveness is None:
+            return None
+        if ranks is not None and ranks != liveness.num_workers:
+            liveness = self.watch.liveness = self.new_liveness(ranks)
+        liveness.restart()
+        return liveness
+
+    def _beat_to(self) -> tuple[str, int, str] | None:
+        """Where this call's workers send heartbeats, if anywhere."""
+        return self.watch.endpoint if getattr(self.watch, "liveness", None) is not None else None
 
     def prepare(self, *sources: Any) -> None:  # noqa: B027 - an optional hook
         """Make ``sources`` readable by this launcher before a call (e.g. run a Ray Dataset's

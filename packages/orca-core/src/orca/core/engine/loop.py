@@ -17,6 +17,7 @@ import numpy as np
 
 from orca.core.engine.callbacks import Callback
 from orca.core.engine.feed import Feed, steps_per_epoch
+from orca.core.engine.liveness import beat
 from orca.core.engine.metrics import Mean, Metric, make_metrics, merge_states
 from orca.core.engine.runner import Collective, Runner, SoloCollective
 
@@ -39,6 +40,8 @@ class FitArgs:
     callbacks: list[Callback] = field(default_factory=list)
     #: where rank 0 sends progress (the driver's ProgressServer: host, port, token), if anywhere
     progress_address: tuple[str, int, str] | None = None
+    #: where every rank sends heartbeats (see orca.core.engine.liveness), if anywhere
+    beat_to: tuple[str, int, str] | None = None
     #: batches of one epoch of a data creator (``None``: the loader's own length)
     steps_per_epoch: int | None = None
     #: batches of one validation pass of a data creator
@@ -58,6 +61,7 @@ def evaluate_feed(
             continue
         value, outputs = runner.eval_batch(batch)
         loss.update_value(value, batch.size)
+        beat("evaluating")
         if metrics and outputs:
             target = batch.y[0] if batch.y else None
             if target is None:
@@ -201,14 +205,20 @@ def _fit_epochs(runner: Runner, feed: Feed | None, val_feed: Feed | None, counts
         else:
             batches = runner.lockstep(runner.native_batches(args.creator, local_bs, True, args.steps_per_epoch))
         steps = 0
-        for batch in batches:
-            if args.max_steps is not None and steps_done >= args.max_steps:
+        it = iter(batches)
+        while args.max_steps is None or steps_done < args.max_steps:
+            # a step (and, with native loaders, the lock-step exchange before it) waits for every
+            # rank: the driver blames a silent rank in here only when no rank makes progress
+            beat("in a training step", epoch=epoch + 1, step=steps + 1)
+            batch = next(it, None)
+            if batch is None:
                 break
             value = runner.train_batch(batch)
             loss.update_value(value, batch.size)
-            callbacks.on_batch_end(steps, {"loss": value})
             steps += 1
             steps_done += 1
+            beat("training", epoch=epoch + 1, step=steps)
+            callbacks.on_batch_end(steps - 1, {"loss": value})
         runner.on_epoch_end(epoch)
         local: dict[str, Any] = {"train": loss.state, "steps": steps, "own": runner.metric_states()}
         validate = (epoch + 1) % max(1, args.validation_freq) == 0
@@ -219,6 +229,7 @@ def _fit_epochs(runner: Runner, feed: Feed | None, val_feed: Feed | None, counts
                 else runner.native_batches(args.val_creator, local_bs, False, args.validation_steps)
             )
             local["val"] = evaluate_feed(runner, vbatches, metrics)
+        beat("merging the epoch", force=True, epoch=epoch + 1)
         gathered = collective.allgather(local)
         train = Mean()
         for g in gathered:
@@ -238,6 +249,7 @@ def _fit_epochs(runner: Runner, feed: Feed | None, val_feed: Feed | None, counts
             merged.pop("num_samples", None)
             stats.update(merged)
         history.append(stats)
+        beat("ending an epoch", force=True, epoch=epoch + 1)
         callbacks.on_epoch_end(epoch, stats)
         if runner.stop_training or (args.max_steps is not None and steps_done >= args.max_steps):
             break
@@ -250,6 +262,7 @@ def run_predict(runner: Runner, feed: Feed, batch_size: int) -> list[np.ndarray]
     outs: list[list[np.ndarray]] = []
     for out in runner.predict_batches(feed.batches(batch_size)):
         outs.append([np.asarray(o) for o in out])
+        beat("predicting")
     if not outs:
         return []
     return [np.concatenate([o[i] for o in outs]) for i in range(len(outs[0]))]

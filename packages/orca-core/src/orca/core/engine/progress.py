@@ -19,7 +19,10 @@ import logging
 import secrets
 import socket
 import threading
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from orca.core.engine.liveness import Liveness
 
 log = logging.getLogger("orca")
 
@@ -41,6 +44,8 @@ class ProgressServer:
     Args:
         host: the driver address workers can reach (127.0.0.1 locally).
         use_tqdm: draw a tqdm bar; otherwise log each epoch's stats.
+        liveness: where the workers' heartbeats go (see :mod:`orca.core.engine.liveness`);
+            each of its ranks may hold a connection besides rank 0's progress reporter.
 
     Attributes:
         endpoint: ``(host, port, token)``, what a :class:`Reporter` needs.
@@ -48,8 +53,10 @@ class ProgressServer:
         refused: how many connections were closed for a wrong token or a bad line.
     """
 
-    def __init__(self, host: str, use_tqdm: bool = True) -> None:
+    def __init__(self, host: str, use_tqdm: bool = True, liveness: Liveness | None = None) -> None:
         self.use_tqdm = use_tqdm
+        self.liveness = liveness
+        self.max_connections = MAX_CONNECTIONS + (liveness.num_workers if liveness is not None else 0)
         self.events: collections.deque[dict[str, Any]] = collections.deque(maxlen=MAX_EVENTS)
         self.refused = 0
         self._token = secrets.token_hex(16)
@@ -73,7 +80,7 @@ class ProgressServer:
             except OSError:
                 continue
             self._readers = [r for r in self._readers if r.is_alive()]
-            if len(self._readers) >= MAX_CONNECTIONS:
+            if len(self._readers) >= self.max_connections:
                 self._refuse(conn, "too many connections")
                 continue
             reader = threading.Thread(target=self._read, args=(conn,), name="orca-progress-reader", daemon=True)
@@ -114,6 +121,10 @@ class ProgressServer:
             conn.close()
 
     def _handle(self, event: dict[str, Any]) -> None:
+        if event.get("event") == "beat":
+            if self.liveness is not None:
+                self.liveness.seen(event.get("rank"), event)  # type: ignore[arg-type]
+            return
         with self._lock:
             self.events.append(event)
             try:

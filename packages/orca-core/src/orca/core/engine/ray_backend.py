@@ -38,6 +38,7 @@ from orca.core.engine.group import (
     fit_result,
     predict_on_worker,
 )
+from orca.core.engine.liveness import Liveness, beat, beating
 from orca.core.engine.loop import FitArgs
 from orca.core.engine.runner import Rendezvous, Runner, make_rendezvous
 from orca.core.engine.sources import DataSource, release_held
@@ -111,27 +112,36 @@ class _Worker:
 
         def fit() -> dict[str, Any]:
             args: FitArgs = cloudpickle.loads(args_blob)
-            feed = _load_slices(slices) if args.creator is None else None
-            val = _load_slices(val_slices) if val_slices else None
-            return fit_on_worker(self.runner, feed, val, counts, args)  # type: ignore[arg-type]
+            with beating(args.beat_to, self.rank or 0):
+                feed = _load_slices(slices) if args.creator is None else None
+                val = _load_slices(val_slices) if val_slices else None
+                beat("loaded its data", force=True)
+                return fit_on_worker(self.runner, feed, val, counts, args)  # type: ignore[arg-type]
 
         return self._run(fit)
 
-    def evaluate(self, slices: list[Slice], blob: bytes, batch_size: int) -> dict[str, Any]:
+    def evaluate(self, slices: list[Slice], blob: bytes, batch_size: int,
+                 beat_to: tuple[str, int, str] | None = None) -> dict[str, Any]:
         import cloudpickle
 
         def evaluate() -> dict[str, Any]:
             creator, metrics = cloudpickle.loads(blob)
             runner = self.runner
             assert runner is not None
-            batches = (runner.native_batches(creator, batch_size, False) if creator is not None
-                       else _load_slices(slices).batches(batch_size))
-            return evaluate_on_worker(runner, batches, metrics)
+            with beating(beat_to, self.rank or 0):
+                batches = (runner.native_batches(creator, batch_size, False) if creator is not None
+                           else _load_slices(slices).batches(batch_size))
+                return evaluate_on_worker(runner, batches, metrics)
 
         return self._run(evaluate)
 
-    def predict(self, slices: list[Slice], batch_size: int) -> list[np.ndarray]:
-        return self._run(lambda: predict_on_worker(self.runner, _load_slices(slices), batch_size))  # type: ignore
+    def predict(self, slices: list[Slice], batch_size: int,
+                beat_to: tuple[str, int, str] | None = None) -> list[np.ndarray]:
+        def predict() -> list[np.ndarray]:
+            with beating(beat_to, self.rank or 0):
+                return predict_on_worker(self.runner, _load_slices(slices), batch_size)  # type: ignore[arg-type]
+
+        return self._run(predict)
 
     def ping(self) -> bool:
         return True
@@ -294,19 +304,29 @@ class RayWorkerGroup(WorkerGroup):
         slices = balanced_slices(refs, self.num_workers)
         return slices, [sum(hi - lo for _, lo, hi in s) for s in slices], refs
 
-    def _get(self, refs: list[Any], what: str) -> list[Any]:
-        """Wait for all refs. A worker's exception raises :class:`OrcaWorkerError` (actors stay); a
-        dead actor raises :class:`_ActorLost`; the deadline tears the group down."""
+    def _get(self, refs: list[Any], what: str, liveness: Liveness | None = None) -> list[Any]:
+        """Wait for all refs as long as the workers make progress (``liveness``: their heartbeats;
+        without it, calls that send none, such as start-up, are bounded by ``timeout_s``).
+
+        A worker's exception raises :class:`OrcaWorkerError` (actors stay); a dead actor raises
+        :class:`_ActorLost`; a silent worker, or Ctrl-C on the driver, tears the group down.
+        """
         ray = _ray()
-        deadline = time.monotonic() + self.timeout_s
+        bound = max(self.timeout_s, self.start_timeout_s)  # calls without heartbeats: start-up, set-up
+        deadline = time.monotonic() + bound
         pending = list(refs)
         while pending:
-            left = deadline - time.monotonic()
-            if left <= 0:
+            silent = liveness.silent() if liveness is not None else None
+            if silent is None and liveness is None and time.monotonic() > deadline:
+                silent = f"Orca workers did not finish {what} within {bound:.0f}s; the worker group was shut down."
+            if silent is not None:
                 self.shutdown()
-                raise TimeoutError(f"Orca workers did not finish {what} within {self.timeout_s:.0f}s; "
-                                   "the worker group was shut down.")
-            done, pending = ray.wait(pending, num_returns=1, timeout=min(left, 5.0))
+                raise TimeoutError(silent if liveness is None else f"{silent} (during {what})")
+            try:
+                done, pending = ray.wait(pending, num_returns=len(pending), timeout=0.5)
+            except KeyboardInterrupt:
+                self.shutdown()  # nothing keeps training after Ctrl-C; the driver keeps its state
+                raise
             for ref in done:
                 try:
                     ray.get(ref)
@@ -358,7 +378,7 @@ class RayWorkerGroup(WorkerGroup):
         has_val = val_source is not None and not val_source.is_creator
         try:
             results = self._get([a.fit.remote(slices[r], val_slices[r] if has_val else None, counts, args_blob)
-                                 for r, a in enumerate(self.actors)], "fit")
+                                 for r, a in enumerate(self.actors)], "fit", self._liveness())
         except (OrcaWorkerError, _ActorLost, TimeoutError) as exc:
             self.shutdown()  # the collectives of a failed step cannot be trusted
             if isinstance(exc, _ActorLost):
@@ -386,8 +406,8 @@ class RayWorkerGroup(WorkerGroup):
         def run() -> list[dict[str, Any]]:
             ((slices, _, refs),) = self._staged(state, (source, True))
             try:
-                return self._get([a.evaluate.remote(slices[r], blob, local_bs)
-                                  for r, a in enumerate(self.actors)], "evaluate")
+                return self._get([a.evaluate.remote(slices[r], blob, local_bs, self._beat_to())
+                                  for r, a in enumerate(self.actors)], "evaluate", self._liveness())
             finally:
                 release_held(refs)
 
@@ -400,8 +420,8 @@ class RayWorkerGroup(WorkerGroup):
         def run() -> list[np.ndarray]:
             ((slices, _, refs),) = self._staged(state, (source, False))
             try:
-                return concat_outputs(self._get([a.predict.remote(slices[r], local_bs)
-                                                 for r, a in enumerate(self.actors)], "predict"))
+                return concat_outputs(self._get([a.predict.remote(slices[r], local_bs, self._beat_to())
+                                                 for r, a in enumerate(self.actors)], "predict", self._liveness()))
             finally:
                 release_held(refs)
 

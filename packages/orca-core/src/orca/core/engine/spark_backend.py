@@ -13,6 +13,8 @@ import contextlib
 import hashlib
 import json
 import logging
+import threading
+import uuid
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -35,6 +37,7 @@ from orca.core.engine.group import (
     predict_on_worker,
     raise_worker_errors,
 )
+from orca.core.engine.liveness import beat, beating
 from orca.core.engine.loop import FitArgs
 from orca.core.engine.runner import Runner, make_rendezvous, solo_runner
 from orca.core.engine.sources import DataSource
@@ -45,17 +48,24 @@ TAG = "__orca_split__"
 
 
 def _barrier_worker(job: dict[str, Any], train_parts: list[Part], val_parts: list[Part]) -> bytes:
-    """Body of one barrier task: rendezvous, build the runner, train, return stats (+ state on rank 0)."""
+    """Body of one barrier task: rendezvous, build the runner, train, return stats (+ state on
+    rank 0), sending heartbeats to the driver all along."""
     from pyspark import BarrierTaskContext
-
-    from orca.core.engine.child import host_runner
 
     ctx = BarrierTaskContext.get()
     rank = ctx.partitionId()
+    with beating(job["args"].beat_to, rank):
+        return _barrier_work(ctx, rank, job, train_parts, val_parts)
+
+
+def _barrier_work(ctx: Any, rank: int, job: dict[str, Any], train_parts: list[Part], val_parts: list[Part]) -> bytes:
+    from orca.core.engine.child import host_runner
+
     runner = None
     try:
         feed = Feed.concat(train_parts) if job["creator"] is None else None
         val = Feed.concat(val_parts) if job["has_val"] else None
+        beat("loaded its data", force=True)
         infos = ctx.getTaskInfos()
         host = infos[rank].address.split(":")[0] or "127.0.0.1"
         # every rank's port: frameworks with a cluster spec (TF_CONFIG) need them all; and a second
@@ -122,6 +132,12 @@ def _spark_error(exc: Exception, what: str) -> OrcaWorkerError:
     return OrcaWorkerError(f"a Spark task failed during {what}: {last[0].strip()}", worker_traceback=tb)
 
 
+def _cancel(sc: Any, tag: str, thread: threading.Thread) -> None:
+    """Cancel the jobs tagged ``tag`` and wait (briefly) for ``thread``, which runs them, to see it."""
+    sc.cancelJobsWithTag(tag)
+    thread.join(30)
+
+
 class SparkWorkerGroup(WorkerGroup):
     """Runs a framework runner in ``num_workers`` Spark barrier tasks per call.
 
@@ -150,6 +166,40 @@ class SparkWorkerGroup(WorkerGroup):
                 f"cluster has {slots} task slots; lower workers_per_node/num_workers or add cores."
             )
 
+    def _watched(self, job: Callable[[], list[Any]], what: str, ranks: int | None = None) -> list[Any]:
+        """Run the Spark job ``job()`` while watching the workers' heartbeats (``ranks`` of them;
+        default: the group's): a worker silent for ``worker_timeout_s``, or Ctrl-C on the driver,
+        cancels the job (Spark kills its Python workers) and raises here."""
+        liveness = self._liveness(ranks)
+        sc = self.spark().sparkContext
+        tag = f"orca-{uuid.uuid4().hex}"
+        box: dict[str, Any] = {}
+
+        def run() -> None:
+            sc.addJobTag(tag)  # thread-local: only this call's jobs carry it
+            try:
+                box["value"] = job()
+            except BaseException as exc:  # noqa: BLE001 - re-raised on the calling thread
+                box["error"] = exc
+            finally:
+                sc.removeJobTag(tag)
+
+        thread = threading.Thread(target=run, name=f"orca-spark-{what}", daemon=True)
+        thread.start()
+        try:
+            while thread.is_alive():
+                thread.join(0.5)
+                silent = liveness.silent() if liveness is not None and thread.is_alive() else None
+                if silent is not None:
+                    _cancel(sc, tag, thread)
+                    raise TimeoutError(f"{silent} (during {what})")
+        except KeyboardInterrupt:
+            _cancel(sc, tag, thread)  # nothing keeps training after Ctrl-C; the driver keeps its state
+            raise
+        if "error" in box:
+            raise box["error"]
+        return box["value"]  # type: ignore[no-any-return]
+
     # ------------------------------------------------------------------ fit
     def fit(self, state: ModelState, source: DataSource, val_source: DataSource | None,
             args: FitArgs) -> FitResult:
@@ -166,9 +216,9 @@ class SparkWorkerGroup(WorkerGroup):
             with spark_errors("fit"):
                 frame = source.spark_frame(True)
                 if frame is not None and (val_source is None or val_source.spark_frame(True) is not None):
-                    raw = self._fit_dataframe(bc, source, val_source)
+                    raw = self._watched(lambda: self._fit_dataframe(bc, source, val_source), "fit")
                 else:
-                    raw = self._fit_rdd(bc, source, val_source)
+                    raw = self._watched(lambda: self._fit_rdd(bc, source, val_source), "fit")
         finally:
             bc.destroy()
         result = fit_result([cloudpickle.loads(r) for r in raw], self.num_workers)
@@ -256,20 +306,25 @@ class SparkWorkerGroup(WorkerGroup):
         sc = self.spark().sparkContext
         bc = broadcast_runner(sc, self.runner_cls, self.spec, state.value, self.threads)
         alone = source is None  # (the task must not capture the source: it holds the SparkContext)
+        beat_to = self._beat_to()
 
         def run(parts: list[Part]) -> bytes:
-            try:
-                runner = cached_runner(bc)
-                value = fn(runner) if alone else fn(runner, Feed.concat(parts))
-                return cloudpickle.dumps({"value": value})
-            except Exception as exc:  # noqa: BLE001 - travels back to the driver with its traceback
-                return cloudpickle.dumps(error_result(exc, None))
+            with beating(beat_to, 0):  # any task's progress is the job's (tasks run in waves)
+                try:
+                    runner = cached_runner(bc)
+                    value = fn(runner) if alone else fn(runner, Feed.concat(parts))
+                    return cloudpickle.dumps({"value": value})
+                except Exception as exc:  # noqa: BLE001 - travels back to the driver with its traceback
+                    return cloudpickle.dumps(error_result(exc, None))
+
+        def job() -> list[Any]:
+            if source is None:
+                return sc.parallelize([0], 1).mapPartitions(lambda _: [run([])]).collect()
+            return self._map_parts(source, run, need_labels)
 
         try:
             with spark_errors(what):
-                raw = _retry_lost_python_worker(
-                    lambda: sc.parallelize([0], 1).mapPartitions(lambda _: [run([])]).collect() if alone
-                    else self._map_parts(source, run, need_labels))
+                raw = _retry_lost_python_worker(lambda: self._watched(job, what, ranks=1))
         finally:
             bc.unpersist()
         results = [cloudpickle.loads(r) for r in raw]

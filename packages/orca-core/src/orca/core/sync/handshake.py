@@ -221,7 +221,8 @@ def accept_peers(listener: socket.socket, key: bytes, rank: int, world: int, exp
                 pending[0] -= 1
                 problem = _admit(outcome, rank, world, expect, peers)
                 if problem is None:
-                    peers[outcome.rank] = (conn, outcome)  # type: ignore[union-attr]
+                    assert isinstance(outcome, Hello)  # _admit accepts only hellos
+                    peers[outcome.rank] = (conn, outcome)
                     continue
                 conn.close()
                 if isinstance(outcome, Hello) and outcome.world != world:

@@ -19,15 +19,21 @@ can be recomputed in one process.
 
 from __future__ import annotations
 
+import re
+import time
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
 import pytest
 
+from orca.core.engine.callbacks import Callback
 from orca.core.engine.errors import OrcaWorkerError
 from orca.core.testing.failures import kill_one_worker, worker_pids
 
 NUM_FEATURES = 4
+#: the worker_timeout_s of the liveness tests: short, so that slow steps span many of them
+LIVENESS_TIMEOUT_S = 1.5
 TRUE_W = np.array([1.5, -2.0, 0.5, 3.0], np.float32)
 TRUE_B = 0.25
 
@@ -37,6 +43,42 @@ def regression_arrays(rows: int = 256, seed: int = 0) -> tuple[np.ndarray, np.nd
     rng = np.random.default_rng(seed)
     x = rng.normal(size=(rows, NUM_FEATURES)).astype(np.float32)
     return x, (x @ TRUE_W + TRUE_B).astype(np.float32)
+
+
+class SlowSteps(Callback):
+    """Sleeps ``seconds`` after every training step: a slow worker that still makes progress."""
+
+    def __init__(self, seconds: float) -> None:
+        self.seconds = seconds
+
+    def on_batch_end(self, step: int, logs: dict[str, Any] | None = None) -> None:
+        time.sleep(self.seconds)
+
+
+class StallAt(Callback):
+    """Rank ``rank`` stops making progress for good after step ``step`` of the first epoch."""
+
+    def __init__(self, rank: int, step: int) -> None:
+        self.stall_rank, self.step = rank, step
+
+    def on_batch_end(self, step: int, logs: dict[str, Any] | None = None) -> None:
+        if self.rank == self.stall_rank and step == self.step:
+            time.sleep(3600)
+
+
+def _gone(pid: int, within_s: float) -> bool:
+    """True once process ``pid`` has exited (or is a zombie) within ``within_s``."""
+    import psutil
+
+    deadline = time.monotonic() + within_s
+    while time.monotonic() < deadline:
+        try:
+            if psutil.Process(pid).status() == psutil.STATUS_ZOMBIE:
+                return True
+        except psutil.NoSuchProcess:
+            return True
+        time.sleep(0.25)
+    return False
 
 
 class EstimatorConformance:
@@ -215,3 +257,51 @@ class EstimatorConformance:
                 est.predict(bad, batch_size=4)
         finally:
             est.shutdown()
+
+    # ------------------------------------------------------------ liveness
+    @pytest.fixture
+    def short_timeout(self, orca_context: Any) -> Iterator[float]:
+        """Workers of Estimators made in the test may be silent for only LIVENESS_TIMEOUT_S."""
+        settings = orca_context.settings
+        before = settings.worker_timeout_s
+        settings.worker_timeout_s = LIVENESS_TIMEOUT_S
+        yield LIVENESS_TIMEOUT_S
+        settings.worker_timeout_s = before
+
+    @pytest.mark.timeout(300)
+    def test_a_slow_fit_that_makes_progress_is_never_timed_out(self, backend: str, data: dict[str, Any],
+                                                                short_timeout: float) -> None:
+        """Every step takes 0.4 x the timeout and every epoch over 3 x it: the fit completes."""
+        if not self.supports_fit:
+            pytest.skip("this Estimator is inference-only")
+        est = self.make_estimator(backend)
+        try:
+            t0 = time.monotonic()
+            hist = est.fit({"x": data["x"][:64], "y": data["y"][:64]}, epochs=2, batch_size=8,
+                           callbacks=[SlowSteps(0.4 * short_timeout)])
+            took = time.monotonic() - t0
+        finally:
+            est.shutdown()
+        assert [h["num_samples"] for h in hist] == [64, 64]
+        assert took > 4 * short_timeout  # the fit outlived the timeout many times over
+
+    @pytest.mark.timeout(300)
+    def test_a_stalled_worker_fails_the_call_naming_it(self, backend: str, data: dict[str, Any],
+                                                       short_timeout: float) -> None:
+        """Rank 1 hangs in a callback: the fit fails with a TimeoutError that names rank 1, its pid
+        and what it was doing, soon after the timeout, and the hung process is stopped."""
+        if not self.supports_fit:
+            pytest.skip("this Estimator is inference-only")
+        est = self.make_estimator(backend)
+        try:
+            with pytest.raises(TimeoutError) as info:
+                est.fit({"x": data["x"][:64], "y": data["y"][:64]}, epochs=2, batch_size=8,
+                        callbacks=[StallAt(1, 2)])
+        finally:
+            est.shutdown()
+        msg = str(info.value)
+        assert "rank 1" in msg and "while training (epoch 1, step" in msg, msg
+        quiet = float(re.search(r"made no progress for (\d+)s", msg).group(1))  # type: ignore[union-attr]
+        assert short_timeout - 1 <= quiet <= short_timeout + 10, msg
+        pid = int(re.search(r"pid (\d+)", msg).group(1))  # type: ignore[union-attr]
+        assert _gone(pid, 30), f"the stalled worker (pid {pid}) still runs"
