@@ -67,7 +67,10 @@ def keep_ray_on_loopback() -> None:
 
 
 def executor_count(sc: Any) -> int:
-    """Executors registered with the driver now (the driver itself not counted)."""
+    """Executors registered with the driver now (the driver itself not counted; in local mode the
+    driver is the one executor)."""
+    if str(sc.master).startswith("local"):
+        return 1
     try:
         return max(0, int(sc._jsc.sc().getExecutorMemoryStatus().size()) - 1)
     except Exception:  # noqa: BLE001 - a gateway without this call: trust the configuration

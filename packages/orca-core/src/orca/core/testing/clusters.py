@@ -134,18 +134,19 @@ def _spark_env(workdir: Path) -> dict[str, str]:
 
 @contextmanager
 def spark_standalone_cluster(
-    cores: int = 2, memory: str = "1g", *, timeout_s: float = 120.0
+    cores: int = 2, memory: str = "1g", *, workers: int = 1, timeout_s: float = 120.0
 ) -> Iterator[SparkStandaloneCluster]:
-    """Start a Spark standalone master and one worker on 127.0.0.1; kill both on exit.
+    """Start a Spark standalone master and ``workers`` workers on 127.0.0.1; kill all on exit.
 
     Every port is a free one (master RPC and web UI; the worker's are ephemeral) and the
     master's REST submission server (port 6066 by default) is off, so several clusters can
     run on one machine.
 
     Args:
-        cores: cores the worker offers.
-        memory: memory the worker offers, e.g. ``"1g"``.
-        timeout_s: how long to wait for the worker to register with the master.
+        cores: cores each worker offers.
+        memory: memory each worker offers, e.g. ``"1g"``.
+        workers: Spark worker processes (each its own JVM, work dir and executors).
+        timeout_s: how long to wait for the workers to register with the master.
 
     Yields:
         The running :class:`SparkStandaloneCluster`.
@@ -181,10 +182,11 @@ def spark_standalone_cluster(
         ("master", [spark_class, "org.apache.spark.deploy.master.Master",
                     "--host", HOST, "--port", str(port), "--webui-port", str(webui_port),
                     "--properties-file", str(props)]),
-        ("worker", [spark_class, "org.apache.spark.deploy.worker.Worker", cluster.master_url,
-                    "--host", HOST, "--cores", str(cores), "--memory", memory,
-                    "--webui-port", "0", "--work-dir", str(workdir / "work"),
-                    "--properties-file", str(props)]),
+        *[(f"worker{i}" if i else "worker",
+           [spark_class, "org.apache.spark.deploy.worker.Worker", cluster.master_url,
+            "--host", HOST, "--cores", str(cores), "--memory", memory,
+            "--webui-port", "0", "--work-dir", str(workdir / "work" / str(i)),
+            "--properties-file", str(props)]) for i in range(workers)],
     ]
     logs = [workdir / "logs" / f"{name}.log" for name, _ in commands]
     try:
@@ -196,7 +198,7 @@ def spark_standalone_cluster(
                         stdout=log_file, stderr=subprocess.STDOUT, start_new_session=True,
                     )
                 )
-        _wait_for_spark_worker(cluster, logs, timeout_s)
+        _wait_for_spark_worker(cluster, logs, timeout_s, workers)
         yield cluster
     finally:
         kill_pids(cluster.pids())
@@ -205,7 +207,7 @@ def spark_standalone_cluster(
 
 
 def _wait_for_spark_worker(
-    cluster: SparkStandaloneCluster, logs: list[Path], timeout_s: float
+    cluster: SparkStandaloneCluster, logs: list[Path], timeout_s: float, workers: int = 1
 ) -> None:
     deadline = time.monotonic() + timeout_s
     last_error: Exception | None = None
@@ -219,7 +221,7 @@ def _wait_for_spark_worker(
         try:
             state = cluster.state()
             alive = [w for w in state.get("workers", []) if w.get("state") == "ALIVE"]
-            if alive and alive[0].get("cores") == cluster.cores:
+            if len(alive) >= workers and all(w.get("cores") == cluster.cores for w in alive):
                 return
         except OSError as exc:  # the master UI is not up yet
             last_error = exc
