@@ -43,8 +43,8 @@ class Placement:
         want: dict[str | None, int] = {}
         for node, n in zip(self.actor_nodes, targets, strict=True):
             want[node] = want.get(node, 0) + n
-        return sum(max(0, n - self.rows_by_node.get(node, 0)) for node, n in want.items() if node is not None) + \
-            want.get(None, 0)
+        # a worker on an unknown node reads everything from elsewhere
+        return sum(n if node is None else max(0, n - self.rows_by_node.get(node, 0)) for node, n in want.items())
 
 
 def local_first_slices(parts: Sequence[tuple[Any, int, str | None, int]], actor_nodes: Sequence[str | None]
