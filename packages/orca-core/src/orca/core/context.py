@@ -21,6 +21,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from orca.core._java import ensure_java
+from orca.core._jvm import error_text as _error_text
+from orca.core._jvm import gateway_process as _gateway_process
+from orca.core._jvm import stop_jvm as _stop_jvm
+from orca.core._jvm import stop_spark_and_jvm as _stop_spark_and_jvm
 from orca.core._net import find_free_port
 from orca.core._ray_auth import AuthEnv, auth_env, new_token
 from orca.core._ray_spark import RayOnSpark, keep_ray_on_loopback
@@ -413,67 +417,6 @@ def _venv_bin_on_path() -> None:
     bindir = os.path.dirname(sys.executable)
     if bindir not in os.environ.get("PATH", "").split(os.pathsep):
         os.environ["PATH"] = bindir + os.pathsep + os.environ.get("PATH", "")
-
-
-def _error_text(exc: BaseException) -> str:
-    """A one-line description of ``exc``; for a JVM error, the Java exception's own text."""
-    java = getattr(exc, "java_exception", None)
-    if java is not None:
-        try:
-            return str(java.toString())
-        except Exception:  # noqa: BLE001 - fall back to the Python side
-            pass
-    try:
-        return f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
-    except Exception:  # noqa: BLE001
-        return type(exc).__name__
-
-
-def _gateway_process() -> Any:
-    """The JVM process pyspark launched for this interpreter, or ``None``."""
-    from pyspark import SparkContext
-
-    gateway = SparkContext._gateway
-    return getattr(gateway, "proc", None) if gateway is not None else None
-
-
-def _stop_spark_and_jvm(session: Any) -> None:
-    """Stop the SparkSession and the JVM pyspark launched, so no java process is left."""
-    try:
-        session.stop()
-    finally:
-        _stop_jvm()
-
-
-def _stop_jvm() -> None:
-    """Shut down pyspark's py4j gateway and end the JVM it launched (if it launched one)."""
-    from pyspark import SparkContext
-
-    gateway = SparkContext._gateway
-    if gateway is None:
-        return
-    proc = getattr(gateway, "proc", None)
-    try:
-        gateway.shutdown()
-    except Exception:  # noqa: BLE001 - the JVM may already be down
-        log.debug("gateway shutdown failed", exc_info=True)
-    if proc is not None:
-        # The gateway JVM exits when its stdin closes; terminate and kill are the fallbacks.
-        try:
-            proc.stdin.close()
-        except Exception:  # noqa: BLE001
-            pass
-        try:
-            proc.wait(timeout=10)
-        except Exception:  # noqa: BLE001
-            proc.terminate()
-            try:
-                proc.wait(timeout=10)
-            except Exception:  # noqa: BLE001
-                proc.kill()
-                proc.wait(timeout=10)
-    SparkContext._gateway = None
-    SparkContext._jvm = None
 
 
 def init_orca_context(
