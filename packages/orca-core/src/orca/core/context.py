@@ -15,12 +15,19 @@ import shutil
 import sys
 import tempfile
 import threading
+import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from orca.core._java import ensure_java
+from orca.core._jvm import error_text as _error_text
+from orca.core._jvm import gateway_process as _gateway_process
+from orca.core._jvm import stop_jvm as _stop_jvm
+from orca.core._jvm import stop_spark_and_jvm as _stop_spark_and_jvm
 from orca.core._net import find_free_port
+from orca.core._ray_auth import AuthEnv, auth_env, new_token
+from orca.core._ray_spark import RayOnSpark, keep_ray_on_loopback
 from orca.core._spark_conf import SPARK_CLUSTER_MODES, SPARK_OPTIONS, build_spark_conf
 from orca.core.engine.liveness import backstop_s
 
@@ -66,12 +73,24 @@ class RayRuntime:
         num_nodes: alive Ray nodes.
         cpus_per_node: CPUs of each alive node, in node order.
         started_here: True when this process started the local Ray instance.
+        node_ids: ids of the alive nodes, in the order of ``cpus_per_node``.
+        mode: ``"embedded"``, ``"on_spark"``, ``"attached"`` or ``"external"`` (a Ray this
+            process was connected to before the context).
+        auth: True when Ray's token authentication is on.
     """
 
     address: str
     num_nodes: int
     cpus_per_node: tuple[int, ...]
     started_here: bool
+    node_ids: tuple[str, ...] = ()
+    mode: str = "embedded"
+    auth: bool = True
+
+    @property
+    def worker_nodes(self) -> tuple[tuple[str, int], ...]:
+        """``(node id, CPUs)`` of the nodes Orca's workers can run on (a 0-CPU head is left out)."""
+        return tuple((n, c) for n, c in zip(self.node_ids, self.cpus_per_node, strict=False) if c > 0)
 
 
 @dataclass
@@ -94,7 +113,12 @@ class OrcaContext:
     settings: OrcaSettings = field(default_factory=OrcaSettings)
     _spark: Any = field(default=None, repr=False)
     _ray: RayRuntime | None = field(default=None, repr=False)
-    _ray_on_spark: bool = field(default=False, repr=False)
+    ray_on_driver: bool = False
+    ray_auth: bool = True
+    context_id: str = field(default_factory=lambda: uuid.uuid4().hex[:8])
+    _ray_on_spark: RayOnSpark | None = field(default=None, repr=False)
+    _ray_auth_env: dict[str, str] = field(default_factory=dict, repr=False)
+    _auth: AuthEnv = field(default_factory=AuthEnv, repr=False)
     _ray_connected_here: bool = field(default=False, repr=False)
     _ray_temp_dir: str | None = field(default=None, repr=False)
     _owns_spark: bool = field(default=False, repr=False)
@@ -203,46 +227,71 @@ class OrcaContext:
                 self._ray = self._start_ray()
             return self._ray
 
+    def ray_mode(self) -> str:
+        """How this context runs Ray: ``"attached"`` (``address=``), ``"on_spark"`` (Ray worker nodes
+        on the Spark executors), or ``"embedded"`` (a local Ray in this process's machine)."""
+        if self.address:
+            return "attached"
+        if self.init_ray_on_spark:
+            return "on_spark"
+        if self.ray_on_driver or not self._spark_is_cluster():
+            return "embedded"
+        return "on_spark"
+
+    def _spark_is_cluster(self) -> bool:
+        """True when Spark runs (or will run) on a cluster, not in local mode."""
+        if self.cluster_mode == "local":
+            return False
+        if self.cluster_mode == "spark-submit":
+            master = str(self.spark_session().sparkContext.master)
+            return not master.startswith("local")
+        return True
+
+    def ray_join_env(self) -> dict[str, str]:
+        """The environment a process that joins this context's Ray needs (auth mode and token)."""
+        self.ray_runtime()
+        return dict(self._ray_auth_env)
+
     def _start_ray(self) -> RayRuntime:
-        embedded = not (self.address or self.init_ray_on_spark)
-        if embedded:
-            # Read by Ray at import: keeps every Ray server of an embedded instance on
-            # 127.0.0.1 instead of the host's public interface.
-            os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
+        started_here = False
+        mode = self.ray_mode()
+        if mode == "embedded":
+            keep_ray_on_loopback()
         import ray
 
-        started_here = False
         if ray.is_initialized():
             # Someone else connected this process to Ray: use it, and leave it to them.
-            pass
-        elif self.address:
+            mode = "external"
+            self._ray_auth_env = _current_auth_env()
+        elif mode == "attached":
+            if not self.ray_auth:
+                self._auth.apply(auth_env(None))
             ray.init(address=self.address, log_to_driver=self.settings.log_output)
             self._ray_connected_here = True
-        elif self.init_ray_on_spark:
-            # Ray-on-Spark needs token auth off and the interpreter's bin dir on PATH.
-            os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+            self._ray_auth_env = _current_auth_env()
+        elif mode == "on_spark":
+            self._ray_auth_env = auth_env(new_token() if self.ray_auth else None)
+            self._auth.apply(self._ray_auth_env)
             _venv_bin_on_path()
-            from ray.util.spark import setup_ray_cluster
-
-            self.spark_session()
-            address, _ = setup_ray_cluster(
-                max_worker_nodes=self.num_nodes,
-                num_cpus_worker_node=self.cores,
-                include_dashboard=False,
+            spark = self.spark_session()
+            cluster = RayOnSpark(
+                self.context_id, spark, cores=self.cores, memory=self.memory, num_nodes=self.num_nodes,
+                object_store_memory=self.extra.get("object_store_memory"),
+                timeout_s=self.settings.ray_start_timeout_s, log_to_driver=self.settings.log_output,
             )
-            self._ray_on_spark = True
-            ray.init(address=address, log_to_driver=self.settings.log_output)
             self._ray_connected_here = True
+            self._ray_on_spark = cluster
+            cluster.start(self._ray_auth_env)
         else:
-            # An embedded Ray bound to loopback. Token auth guards remote clients; a loopback
-            # instance that Orca's own Spark executors must join runs without it.
-            os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+            # An embedded Ray bound to loopback.
+            self._ray_auth_env = auth_env(new_token() if self.ray_auth else None)
+            self._auth.apply(self._ray_auth_env)
             # Ray's metrics servers default to fixed ports that another Ray on this machine
             # may hold; a private temp dir keeps sessions, sockets and logs apart.
             os.environ.setdefault("AUTOSCALER_METRIC_PORT", str(find_free_port()))
             os.environ.setdefault("DASHBOARD_METRIC_PORT", str(find_free_port()))
             _venv_bin_on_path()
-            self._ray_temp_dir = tempfile.mkdtemp(prefix="orca-ray-")
+            self._ray_temp_dir = tempfile.mkdtemp(prefix=f"orca-ray-{self.context_id}-")
             self._ray_connected_here = True
             ray.init(
                 num_cpus=int(self.extra.get("ray_num_cpus", self.cores)),
@@ -254,10 +303,7 @@ class OrcaContext:
                 configure_logging=False,
             )
             started_here = True
-        nodes = [n for n in ray.nodes() if n.get("Alive")]
-        cpus = tuple(int(n.get("Resources", {}).get("CPU", 0)) for n in nodes)
-        address = ray.get_runtime_context().gcs_address
-        return RayRuntime(address=address, num_nodes=len(nodes), cpus_per_node=cpus, started_here=started_here)
+        return _runtime_snapshot(mode, started_here)
 
     # ------------------------------------------------------------------ stop
     def stop(self) -> None:
@@ -288,22 +334,52 @@ class OrcaContext:
         import ray
 
         try:
-            if self._ray_connected_here:
+            if self._ray_on_spark is not None:
+                self._ray_on_spark.stop()
+            elif self._ray_connected_here:
                 ray.shutdown()
         finally:
-            if self._ray_on_spark:
-                from ray.util.spark import shutdown_ray_cluster
-
-                try:
-                    shutdown_ray_cluster()
-                except Exception:  # noqa: BLE001 - already gone is fine
-                    log.debug("shutdown_ray_cluster failed", exc_info=True)
             self._ray = None
             self._ray_connected_here = False
-            self._ray_on_spark = False
+            self._ray_on_spark = None
+            self._auth.restore()
             if self._ray_temp_dir:
                 shutil.rmtree(self._ray_temp_dir, ignore_errors=True)
                 self._ray_temp_dir = None
+
+
+def _current_auth_env() -> dict[str, str]:
+    """The auth variables this process's Ray uses now, for processes that must join it."""
+    from orca.core._ray_auth import ambient_token
+
+    try:
+        from ray._private.authentication.authentication_utils import is_token_auth_enabled
+
+        enabled = is_token_auth_enabled()
+    except ImportError:
+        enabled = False
+    return auth_env(ambient_token()) if enabled and ambient_token() else auth_env(None)
+
+
+def _runtime_snapshot(mode: str, started_here: bool) -> RayRuntime:
+    import ray
+
+    nodes = [n for n in ray.nodes() if n.get("Alive")]
+    try:
+        from ray._private.authentication.authentication_utils import is_token_auth_enabled
+
+        auth = bool(is_token_auth_enabled())
+    except ImportError:
+        auth = False
+    return RayRuntime(
+        address=str(ray.get_runtime_context().gcs_address),
+        num_nodes=len(nodes),
+        cpus_per_node=tuple(int(n.get("Resources", {}).get("CPU", 0)) for n in nodes),
+        started_here=started_here,
+        node_ids=tuple(str(n["NodeID"]) for n in nodes),
+        mode=mode,
+        auth=auth,
+    )
 
 
 #: jars that framework packages need on every Spark session Orca starts, by package
@@ -349,67 +425,6 @@ def _venv_bin_on_path() -> None:
         os.environ["PATH"] = bindir + os.pathsep + os.environ.get("PATH", "")
 
 
-def _error_text(exc: BaseException) -> str:
-    """A one-line description of ``exc``; for a JVM error, the Java exception's own text."""
-    java = getattr(exc, "java_exception", None)
-    if java is not None:
-        try:
-            return str(java.toString())
-        except Exception:  # noqa: BLE001 - fall back to the Python side
-            pass
-    try:
-        return f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
-    except Exception:  # noqa: BLE001
-        return type(exc).__name__
-
-
-def _gateway_process() -> Any:
-    """The JVM process pyspark launched for this interpreter, or ``None``."""
-    from pyspark import SparkContext
-
-    gateway = SparkContext._gateway
-    return getattr(gateway, "proc", None) if gateway is not None else None
-
-
-def _stop_spark_and_jvm(session: Any) -> None:
-    """Stop the SparkSession and the JVM pyspark launched, so no java process is left."""
-    try:
-        session.stop()
-    finally:
-        _stop_jvm()
-
-
-def _stop_jvm() -> None:
-    """Shut down pyspark's py4j gateway and end the JVM it launched (if it launched one)."""
-    from pyspark import SparkContext
-
-    gateway = SparkContext._gateway
-    if gateway is None:
-        return
-    proc = getattr(gateway, "proc", None)
-    try:
-        gateway.shutdown()
-    except Exception:  # noqa: BLE001 - the JVM may already be down
-        log.debug("gateway shutdown failed", exc_info=True)
-    if proc is not None:
-        # The gateway JVM exits when its stdin closes; terminate and kill are the fallbacks.
-        try:
-            proc.stdin.close()
-        except Exception:  # noqa: BLE001
-            pass
-        try:
-            proc.wait(timeout=10)
-        except Exception:  # noqa: BLE001
-            proc.terminate()
-            try:
-                proc.wait(timeout=10)
-            except Exception:  # noqa: BLE001
-                proc.kill()
-                proc.wait(timeout=10)
-    SparkContext._gateway = None
-    SparkContext._jvm = None
-
-
 def init_orca_context(
     cluster_mode: str = "local",
     cores: int = 2,
@@ -419,6 +434,9 @@ def init_orca_context(
     init_ray_on_spark: bool = False,
     address: str | None = None,
     conf: dict[str, Any] | None = None,
+    *,
+    ray_on_driver: bool = False,
+    ray_auth: bool = True,
     **kwargs: Any,
 ) -> OrcaContext:
     """Start (or return the running) Orca context.
@@ -433,9 +451,15 @@ def init_orca_context(
         num_nodes: executors on a cluster.
         runtime: ``"spark"`` starts Spark now and Ray lazily; ``"ray"`` starts Ray now and
             Spark lazily.
-        init_ray_on_spark: run Ray inside the Spark cluster (``ray.util.spark``).
+        init_ray_on_spark: start Ray-on-Spark now (the Ray head on the driver, a Ray worker
+            node on every executor). On a Spark cluster this is how the ``ray`` backend runs
+            anyway, started on first use; in local mode it runs one Ray node in Spark's JVM.
         address: attach to a running Ray cluster at this address (``host:port`` or ``auto``).
         conf: extra Spark configuration, applied last.
+        ray_on_driver: on a Spark cluster, run an embedded Ray on the driver alone instead of
+            Ray-on-Spark (its CPUs are the driver's: ``ray_num_cpus=``).
+        ray_auth: keep Ray's token authentication on (a fresh token per context for a Ray the
+            context starts; the user's token for ``address=``). ``False`` turns it off.
         **kwargs: mode-specific settings (see ``build_spark_conf``) and any
             :class:`OrcaSettings` field (``worker_timeout_s=...``, ``log_output=True``).
 
@@ -444,8 +468,8 @@ def init_orca_context(
         warning when it asks for another mode, runtime or address).
 
     Raises:
-        ValueError: an unknown ``cluster_mode`` or ``runtime``, or a mode without what it
-            needs (``standalone`` without ``master``, ``k8s-client`` without
+        ValueError: an unknown ``cluster_mode`` or ``runtime``, ``address`` together with
+            ``init_ray_on_spark`` or ``ray_on_driver``, or a mode without what it needs (``standalone`` without ``master``, ``k8s-client`` without
             ``container_image``); checked before anything starts.
         TypeError: an unknown keyword argument.
 
@@ -456,6 +480,7 @@ def init_orca_context(
     """
     global _current
     settings, extra = _validate(cluster_mode, cores, memory, num_nodes, runtime, conf, kwargs)
+    _check_ray_choice(address, init_ray_on_spark, ray_on_driver)
     with _lock:
         if _current is not None:
             asked = {"cluster_mode": cluster_mode, "runtime": runtime, "address": address}
@@ -476,6 +501,8 @@ def init_orca_context(
             num_nodes=num_nodes,
             init_ray_on_spark=init_ray_on_spark,
             address=address,
+            ray_on_driver=bool(ray_on_driver),
+            ray_auth=bool(ray_auth),
             conf=dict(conf or {}),
             extra=extra,
             settings=settings,
@@ -532,6 +559,18 @@ def _validate(
     spark_options = {k: v for k, v in extra.items() if k in SPARK_OPTIONS}
     build_spark_conf(cluster_mode, cores, memory, num_nodes, conf, **spark_options)
     return settings, extra
+
+
+def _check_ray_choice(address: str | None, on_spark: bool, on_driver: bool) -> None:
+    """At most one way to run Ray: an existing cluster, Ray-on-Spark, or Ray on the driver."""
+    chosen = [name for name, on in (("address", bool(address)), ("init_ray_on_spark", on_spark),
+                                    ("ray_on_driver", on_driver)) if on]
+    if len(chosen) > 1:
+        raise ValueError(
+            f"{' and '.join(chosen)} were both given; choose one way to run Ray: address='host:port' "
+            "(an existing Ray cluster), init_ray_on_spark=True (Ray on the Spark executors) or "
+            "ray_on_driver=True (an embedded Ray on the driver alone)."
+        )
 
 
 def stop_orca_context() -> None:

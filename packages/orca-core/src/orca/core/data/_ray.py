@@ -2,8 +2,10 @@
 
 Spark -> Ray never passes data through the driver: each Spark task joins the running Ray
 cluster and hands its shards to a long-lived *holder* actor that ``ray.put``s and keeps them
-(so the objects outlive the Spark Python worker); only the refs travel back. There is one holder per
-Ray session, killed when this interpreter exits or when its Orca context goes away.
+(so the objects outlive the Spark Python worker); only the refs travel back. There is one default
+holder per Ray session, plus one pinned to each Ray node that Ray-on-Spark runs on an executor
+(a task hands its data to its own executor's node); all are killed when this interpreter exits or
+when its Orca context goes away.
 """
 
 from __future__ import annotations
@@ -164,10 +166,10 @@ class RayXShards(XShards):
 
         from orca.core.data._spark import SparkXShards, spark_context
 
-        address = _ray_address()
+        join = ray_join()
         blobs = [rpickle.dumps(ref) for ref in self.refs]
         rdd = spark_context().parallelize(blobs, max(1, len(blobs)))
-        return SparkXShards(rdd.mapPartitions(lambda it: _fetch_in_spark_task(address, it)))
+        return SparkXShards(rdd.mapPartitions(lambda it: _fetch_in_spark_task(join, it)))
 
     def _first_map(self, fn: Callable[[Any], Any]) -> Any:
         if not self.refs:
@@ -193,11 +195,24 @@ def _ray_address() -> str:
     return ray.get_runtime_context().gcs_address
 
 
-def _connect_ray_in_task(address: str) -> Any:
-    """Join the Ray cluster at ``address`` from a Spark Python worker (once per worker)."""
-    # Orca's embedded Ray runs without token auth; the worker was forked before Ray started,
-    # so it does not inherit that setting.
-    os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+def ray_join() -> tuple[str, dict[str, str]]:
+    """``(GCS address, auth environment)`` a Spark task needs to join this process's Ray."""
+    from orca.core.context import OrcaContext, _current_auth_env
+
+    address = _ray_address()
+    ctx = OrcaContext.active()
+    return address, (ctx.ray_join_env() if ctx is not None else _current_auth_env())
+
+
+def _connect_ray_in_task(address: str, auth: dict[str, str]) -> Any:
+    """Join the Ray cluster at ``address`` from a Spark Python worker (once per worker), with the
+    driver's Ray auth settings (``auth``: the worker was forked before the driver's Ray started)."""
+    from orca.core._ray_auth import MODE_VAR, TOKEN_VAR, refresh_ray_auth_cache
+
+    if any(os.environ.get(k) != auth.get(k) for k in (MODE_VAR, TOKEN_VAR)):
+        os.environ.pop(TOKEN_VAR, None)
+        os.environ.update(auth)
+        refresh_ray_auth_cache()
     loopback = address.rsplit(":", 1)[0] in ("127.0.0.1", "localhost")
     if loopback:
         # Ray rewrites a loopback address to the host's IP unless this is set (the driver
@@ -237,20 +252,21 @@ def _check_reachable(address: str, timeout_s: float = 15.0) -> None:
         ) from exc
 
 
-def _put_in_spark_task(address: str, holder_name: str, it: Iterator[Any]) -> Iterator[bytes]:
+def _put_in_spark_task(join: tuple[str, dict[str, str]], holders: dict[str, str],
+                       it: Iterator[Any]) -> Iterator[bytes]:
     import ray.cloudpickle as rpickle
 
-    ray = _connect_ray_in_task(address)
-    holder = ray.get_actor(holder_name, namespace=HOLDER_NAMESPACE)
+    ray = _connect_ray_in_task(*join)
+    holder = ray.get_actor(local_holder(holders), namespace=HOLDER_NAMESPACE)
     pending = [holder.adopt.remote(shard) for shard in it]
     for nested in ray.get(pending):
         yield rpickle.dumps(nested[0])
 
 
-def _fetch_in_spark_task(address: str, it: Iterator[bytes]) -> Iterator[Any]:
+def _fetch_in_spark_task(join: tuple[str, dict[str, str]], it: Iterator[bytes]) -> Iterator[Any]:
     import ray.cloudpickle as rpickle
 
-    ray = _connect_ray_in_task(address)
+    ray = _connect_ray_in_task(*join)
     for blob in it:
         yield ray.get(rpickle.loads(blob))
 
@@ -283,7 +299,17 @@ class _ShardHolder:
 
 
 def holder_name() -> str:
-    """The name of this Ray session's holder actor, starting the actor on first use."""
+    """The name of this Ray session's default holder actor, starting it on first use."""
+    return holder_names()[""]
+
+
+def holder_names() -> dict[str, str]:
+    """Holder actor names: ``""`` for the default holder, and for each Ray node that Ray-on-Spark
+    started on an executor, the executor's key (see :func:`orca.core._ray_node.executor_key`) to
+    the holder pinned to that node. A Spark task hands its data to its own executor's holder, so
+    the data lands in the object store of the Ray node on the same executor."""
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
     ray = ensure_ray()
     address = _ray_address()
     with _holder_lock:
@@ -291,16 +317,46 @@ def holder_name() -> str:
         if entry is not None:
             try:
                 ray.get(entry["handle"].ping.remote(), timeout=30)
-                return entry["name"]
-            except Exception:  # noqa: BLE001 - a dead holder (Ray restarted): make a new one
+                return dict(entry["names"])
+            except Exception:  # noqa: BLE001 - a dead holder (Ray restarted): make new ones
                 _holder.pop(address, None)
-        name = f"orca-shard-holder-{uuid.uuid4().hex[:12]}"
         actor_cls = ray.remote(num_cpus=0, max_restarts=0)(_ShardHolder)
-        handle = actor_cls.options(name=name, namespace=HOLDER_NAMESPACE).remote()
-        ray.get(handle.ping.remote(), timeout=60)
-        _holder[address] = {"name": name, "handle": handle}
+        prefix = f"orca-shard-holder-{uuid.uuid4().hex[:12]}"
+        names, handles = {"": prefix}, [actor_cls.options(name=prefix, namespace=HOLDER_NAMESPACE).remote()]
+        for key, node_id in _executor_nodes().items():
+            names[key] = f"{prefix}-{key}"
+            strategy = NodeAffinitySchedulingStrategy(node_id, soft=False)
+            handles.append(actor_cls.options(name=names[key], namespace=HOLDER_NAMESPACE,
+                                             scheduling_strategy=strategy).remote())
+        ray.get([h.ping.remote() for h in handles], timeout=60)
+        _holder[address] = {"name": prefix, "names": names, "handle": handles[0], "handles": handles}
         _register_cleanup()
-        return name
+        return dict(names)
+
+
+def _executor_nodes() -> dict[str, str]:
+    """Executor key -> Ray node id of the nodes Ray-on-Spark runs (empty in other modes)."""
+    from orca.core.context import OrcaContext
+
+    ctx = OrcaContext.active()
+    cluster = getattr(ctx, "_ray_on_spark", None) if ctx is not None else None
+    return dict(cluster.nodes) if cluster is not None else {}
+
+
+def local_holder(names: dict[str, str]) -> str:
+    """In a Spark task: the holder on this executor's Ray node, or the default one."""
+    if len(names) == 1:
+        return names[""]
+    from orca.core._ray_node import executor_key
+
+    return names.get(executor_key(), names[""])
+
+
+def holder_handles() -> list[Any]:
+    """Handles of every holder actor of this Ray session (none started yet: empty)."""
+    with _holder_lock:
+        entry = _holder.get(_ray_address())
+        return list(entry["handles"]) if entry is not None else []
 
 
 def release_holder() -> None:
@@ -314,10 +370,11 @@ def release_holder() -> None:
         if not ray.is_initialized():
             return
         for entry in entries:
-            try:
-                ray.kill(entry["handle"])
-            except Exception:  # noqa: BLE001 - already gone with its Ray session
-                pass
+            for handle in entry["handles"]:
+                try:
+                    ray.kill(handle)
+                except Exception:  # noqa: BLE001 - already gone with its Ray session
+                    pass
     except ImportError:
         return
 
@@ -345,7 +402,7 @@ def spark_rdd_to_ray(rdd: Any) -> RayXShards:
     """Put each element of ``rdd`` into Ray from its Spark task; return the refs, in order."""
     import ray.cloudpickle as rpickle
 
-    name = holder_name()
-    address = _ray_address()
-    blobs = rdd.mapPartitions(lambda it: _put_in_spark_task(address, name, it)).collect()
+    names = holder_names()
+    join = ray_join()
+    blobs = rdd.mapPartitions(lambda it: _put_in_spark_task(join, names, it)).collect()
     return RayXShards([rpickle.loads(b) for b in blobs])

@@ -3,7 +3,9 @@
 Data reaches the actors as Ray objects: Spark executors put their partitions into the
 object store themselves (owned by a holder actor, so they outlive Spark's Python worker),
 and only object references travel through the driver. Each actor then takes an exact,
-balanced row range of the whole data set, whatever the partitioning.
+balanced share of the rows, whatever the partitioning: with actors on several nodes, the
+rows held on its own node first (:mod:`orca.core.engine.locality`); on one node, a
+contiguous row range.
 
 The actors keep the model between calls, but the driver owns it (see
 :mod:`orca.core.engine.group`): the group remembers which state version its actors hold and
@@ -25,7 +27,7 @@ import numpy as np
 
 from orca.core._net import find_free_ports
 from orca.core.engine.errors import OrcaWorkerError
-from orca.core.engine.feed import Feed, Slice, balanced_slices, cut_part
+from orca.core.engine.feed import Feed, Slice, cut_part
 from orca.core.engine.group import (
     FitResult,
     ModelState,
@@ -39,6 +41,7 @@ from orca.core.engine.group import (
     predict_on_worker,
 )
 from orca.core.engine.liveness import Liveness, beat, beating
+from orca.core.engine.locality import Placement, local_first_slices, plan_actor_nodes
 from orca.core.engine.loop import FitArgs
 from orca.core.engine.runner import Rendezvous, Runner, make_rendezvous
 from orca.core.engine.sources import DataSource, release_held
@@ -157,6 +160,65 @@ class _Worker:
             self.runner.shutdown()
 
 
+def _plan_nodes(workers: int, threads: int) -> list[str | None]:
+    """The node of each actor: spread over the nodes with free CPUs, one after another in turn, so
+    that each node's workers can read the data held there; left to Ray on a single node or when
+    the actors do not fit that way."""
+    ray = _ray()
+    try:
+        from ray._private.state import available_resources_per_node
+
+        free = sorted((node, float(res.get("CPU", 0.0))) for node, res in available_resources_per_node().items())
+    except Exception:  # noqa: BLE001 - a Ray without this call: Ray places them
+        return [None] * workers
+    alive = {n["NodeID"] for n in ray.nodes() if n.get("Alive")}
+    free = [(n, c) for n, c in free if n in alive and c >= threads]
+    plan = plan_actor_nodes(free, workers, threads) if free else None
+    return list(plan) if plan is not None else [None] * workers
+
+
+def _on_node(node: str | None) -> dict[str, Any]:
+    """Actor options that pin it to ``node`` (none for ``None``)."""
+    if node is None:
+        return {}
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    return {"scheduling_strategy": NodeAffinitySchedulingStrategy(node, soft=False)}
+
+
+def _located(refs: Sequence[tuple[Any, int]]) -> list[tuple[Any, int, str | None, int]]:
+    """``(ref, rows, node, bytes)``: where each part's object is (``None``: unknown, e.g. a small
+    object kept in its owner's memory, or a part that is not a Ray object)."""
+    ray = _ray()
+    objs = [r for r, _ in refs if isinstance(r, ray.ObjectRef)]
+    try:
+        where = ray.experimental.get_object_locations(objs, timeout_ms=10_000) if objs else {}
+    except Exception:  # noqa: BLE001 - placement is an optimisation: read them wherever they are
+        where = {}
+    out = []
+    for ref, n in refs:
+        info = where.get(ref) if isinstance(ref, ray.ObjectRef) else None
+        nodes = (info or {}).get("node_ids") or []
+        out.append((ref, n, nodes[0] if nodes else None, int((info or {}).get("object_size") or 0)))
+    return out
+
+
+def _in_data_order(outs: list[np.ndarray], order: list[list[tuple[int, int]]] | None) -> list[np.ndarray]:
+    """Put outputs concatenated in rank order back into the data's row order."""
+    if not outs or order is None:
+        return outs
+    index = np.concatenate([np.arange(start, start + n) for share in order for start, n in share] or
+                           [np.zeros(0, np.int64)])
+    if np.array_equal(index, np.arange(len(index))):
+        return outs
+    result = []
+    for out in outs:
+        placed = np.empty_like(out)
+        placed[index] = out
+        result.append(placed)
+    return result
+
+
 def _free_cpus(need: float, wait_s: float = 10.0) -> float:
     """Free CPUs in the Ray cluster, waiting briefly for recently killed actors to release theirs."""
     ray = _ray()
@@ -186,6 +248,10 @@ class RayWorkerGroup(WorkerGroup):
         self._starting: list[Any] | None = None
         #: the state version the actors hold (None: unknown, reload before use)
         self.loaded_version: int | None = None
+        #: the Ray node each actor was placed on (None: left to Ray)
+        self.actor_nodes: list[str | None] = []
+        #: where the last call's data was read (see :mod:`orca.core.engine.locality`)
+        self.last_placement: Placement | None = None
 
     @classmethod
     def size(cls, ctx: Any, workers_per_node: int) -> tuple[int, int]:
@@ -193,8 +259,9 @@ class RayWorkerGroup(WorkerGroup):
         if not (ctx.has_ray or ctx.runtime == "ray"):
             return super().size(ctx, workers_per_node)
         runtime = ctx.ray_runtime()
-        cpus = [c for c in runtime.cpus_per_node if c > 0] or [ctx.cores]
-        return max(1, runtime.num_nodes) * workers_per_node, max(1, min(cpus) // workers_per_node)
+        # the nodes with CPUs: a Ray-on-Spark head on the driver has none and runs no worker
+        cpus = [c for _, c in runtime.worker_nodes] or [ctx.cores]
+        return len(cpus) * workers_per_node, max(1, min(cpus) // workers_per_node)
 
     @property
     def started(self) -> bool:
@@ -221,14 +288,19 @@ class RayWorkerGroup(WorkerGroup):
             return
         from orca.core.context import OrcaContext
 
-        runtime = OrcaContext.current().ray_runtime()
+        ctx = OrcaContext.current()
+        runtime = ctx.ray_runtime()
         ray = _ray()
         need = self.num_workers * self.threads
         total = sum(runtime.cpus_per_node)
         if need > total:
             raise ValueError(
                 f"{self.num_workers} workers x {self.threads} CPUs need more than the Ray cluster's "
-                f"{total} CPUs; lower workers_per_node or add nodes."
+                f"{total} CPUs ({runtime.mode} Ray, {len(runtime.worker_nodes)} node(s) with CPUs); lower "
+                "workers_per_node, or give Ray more CPUs: on a Spark cluster Ray runs on the executors "
+                "(the default, or init_ray_on_spark=True: cores= per executor, num_nodes= executors), "
+                "ray_on_driver=True runs it on the driver alone (ray_num_cpus=), or address='host:port' "
+                "attaches to an existing Ray cluster."
             )
         free = _free_cpus(need)
         if free < need:
@@ -237,7 +309,8 @@ class RayWorkerGroup(WorkerGroup):
                 "another Estimator's workers) holds the rest. Call shutdown() on Estimators you are done with."
             )
         worker_cls = ray.remote(num_cpus=self.threads, max_concurrency=2)(_Worker)
-        self.actors = [worker_cls.remote(self.threads) for _ in range(self.num_workers)]
+        self.actor_nodes = _plan_nodes(self.num_workers, self.threads)
+        self.actors = [worker_cls.options(**_on_node(node)).remote(self.threads) for node in self.actor_nodes]
         self._starting = [a.address.remote() for a in self.actors]
         self.loaded_version = None
 
@@ -301,7 +374,8 @@ class RayWorkerGroup(WorkerGroup):
         if source is None or source.is_creator:
             return [[] for _ in range(self.num_workers)], [0] * self.num_workers, []
         refs = source.ray_refs(need_labels)
-        slices = balanced_slices(refs, self.num_workers)
+        nodes = self.actor_nodes or [None] * self.num_workers
+        slices, self.last_placement = local_first_slices(_located(refs), nodes)
         return slices, [sum(hi - lo for _, lo, hi in s) for s in slices], refs
 
     def _get(self, refs: list[Any], what: str, liveness: Liveness | None = None) -> list[Any]:
@@ -419,11 +493,13 @@ class RayWorkerGroup(WorkerGroup):
 
         def run() -> list[np.ndarray]:
             ((slices, _, refs),) = self._staged(state, (source, False))
+            order = self.last_placement.order if self.last_placement is not None else None
             try:
-                return concat_outputs(self._get([a.predict.remote(slices[r], local_bs, self._beat_to())
+                outs = concat_outputs(self._get([a.predict.remote(slices[r], local_bs, self._beat_to())
                                                  for r, a in enumerate(self.actors)], "predict", self._liveness()))
             finally:
                 release_held(refs)
+            return _in_data_order(outs, order)
 
         return self._call("predict", run)
 
@@ -444,4 +520,4 @@ class RayWorkerGroup(WorkerGroup):
                 ray.kill(actor)
             except Exception:  # noqa: BLE001 - already dead
                 pass
-        self.actors, self._starting, self.loaded_version = [], None, None
+        self.actors, self._starting, self.loaded_version, self.actor_nodes = [], None, None, []

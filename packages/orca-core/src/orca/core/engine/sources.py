@@ -258,17 +258,24 @@ class RayDatasetSource(DataSource):
 
 
 def _ray_putter() -> Any:
-    """A function for Spark tasks: put each part into Ray from the executor, owned by the context's
-    holder actor (so it outlives Spark's Python worker); yields (pickled ref, rows)."""
+    """A function for Spark tasks: put each part into Ray from the executor, owned by a holder actor
+    of the context (so it outlives Spark's Python worker) on the executor's own Ray node where
+    Ray-on-Spark runs one; yields (pickled ref, rows)."""
     import ray.cloudpickle as rpickle
 
-    from orca.core.data._ray import HOLDER_NAMESPACE, _connect_ray_in_task, _ray_address, holder_name
+    from orca.core.data._ray import (
+        HOLDER_NAMESPACE,
+        _connect_ray_in_task,
+        holder_names,
+        local_holder,
+        ray_join,
+    )
 
-    name, address = holder_name(), _ray_address()
+    names, join = holder_names(), ray_join()
 
     def put(parts: Iterator[Part]) -> Iterator[tuple[bytes, int]]:
-        ray = _connect_ray_in_task(address)
-        holder = ray.get_actor(name, namespace=HOLDER_NAMESPACE)
+        ray = _connect_ray_in_task(*join)
+        holder = ray.get_actor(local_holder(names), namespace=HOLDER_NAMESPACE)
         for part in parts:
             n = part_rows(part)
             if n:
@@ -297,10 +304,10 @@ def release_held(refs: Sequence[tuple[Any, int]]) -> None:
 
     import ray
 
-    from orca.core.data._ray import HOLDER_NAMESPACE, holder_name
+    from orca.core.data._ray import holder_handles
 
     try:
-        holder = ray.get_actor(holder_name(), namespace=HOLDER_NAMESPACE)
-        ray.get(holder.release.remote([r for r, _ in refs]), timeout=60)
+        held = [r for r, _ in refs]
+        ray.get([h.release.remote(held) for h in holder_handles()], timeout=60)
     except Exception:  # noqa: BLE001 - best effort: the holder dies with the context anyway
         logging.getLogger("orca").debug("could not release Spark-put objects", exc_info=True)

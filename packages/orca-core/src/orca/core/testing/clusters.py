@@ -32,7 +32,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
@@ -46,102 +45,15 @@ from typing import Any
 
 from orca.core._java import ensure_java
 from orca.core._net import find_free_port
+from orca.core._procs import kill_pids, pid_alive, process_name, process_tree, processes_mentioning
+from orca.core._ray_auth import auth_env, new_token
+from orca.core._ray_node import RAY_START
 
 HOST = "127.0.0.1"
-
-# ----------------------------------------------------------------------------- processes
-
-
-def _stat(pid: int) -> tuple[str, int] | None:
-    """Return (state, ppid) of ``pid`` from /proc, or None when it does not exist."""
-    try:
-        text = Path(f"/proc/{pid}/stat").read_text()
-    except (FileNotFoundError, ProcessLookupError, PermissionError):
-        return None
-    # The command name is in parentheses and may contain spaces: split after the last ')'.
-    fields = text[text.rfind(")") + 2 :].split()
-    return fields[0], int(fields[1])
-
-
-def pid_alive(pid: int) -> bool:
-    """True when ``pid`` exists and is not a zombie (an exited, not yet reaped process)."""
-    stat = _stat(pid)
-    return stat is not None and stat[0] not in ("Z", "X")
-
-
-def process_tree(pid: int) -> list[int]:
-    """Return ``pid`` and all of its live descendants (Linux ``/proc``), parents first.
-
-    Args:
-        pid: the root process.
-
-    Returns:
-        The PIDs of the tree; empty when ``pid`` is gone.
-    """
-    children: dict[int, list[int]] = {}
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            stat = _stat(int(entry))
-            if stat is not None and stat[0] not in ("Z", "X"):
-                children.setdefault(stat[1], []).append(int(entry))
-    if not pid_alive(pid):
-        return []
-    out, todo = [], [pid]
-    while todo:
-        current = todo.pop(0)
-        out.append(current)
-        todo.extend(children.get(current, []))
-    return out
-
-
-def processes_mentioning(text: str) -> list[int]:
-    """Return live PIDs whose command line contains ``text`` (e.g. a private temp dir)."""
-    found = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit() or int(entry) == os.getpid():
-            continue
-        try:
-            cmdline = Path(f"/proc/{entry}/cmdline").read_bytes().replace(b"\0", b" ")
-        except OSError:
-            continue
-        if text.encode() in cmdline and pid_alive(int(entry)):
-            found.append(int(entry))
-    return found
-
-
-def process_name(pid: int) -> str:
-    """The short command name of ``pid`` (``java``, ``raylet``, ``gcs_server``), or ``""``."""
-    try:
-        return Path(f"/proc/{pid}/comm").read_text().strip()
-    except OSError:
-        return ""
-
-
-def kill_pids(pids: Iterable[int], grace_s: float = 5.0) -> list[int]:
-    """Send SIGTERM to ``pids``, then SIGKILL to those still alive after ``grace_s``.
-
-    Args:
-        pids: processes to end (only ones the caller started or identified as its own).
-        grace_s: seconds to wait between SIGTERM and SIGKILL.
-
-    Returns:
-        The PIDs that were still alive after SIGKILL (normally empty).
-    """
-    pids = [p for p in dict.fromkeys(pids) if pid_alive(p)]
-    for sig in (signal.SIGTERM, signal.SIGKILL):
-        for pid in pids:
-            try:
-                os.kill(pid, sig)
-            except (ProcessLookupError, PermissionError):
-                pass
-        deadline = time.monotonic() + grace_s
-        while time.monotonic() < deadline:
-            pids = [p for p in pids if pid_alive(p)]
-            if not pids:
-                return []
-            time.sleep(0.1)
-    return [p for p in pids if pid_alive(p)]
-
+__all__ = [
+    "HOST", "RayCluster", "SparkStandaloneCluster", "kill_pids", "pid_alive", "process_name", "process_tree",
+    "processes_mentioning", "pyspark_home", "ray_cluster", "ray_env", "run_python", "spark_standalone_cluster",
+]
 
 def _tail(path: Path, n: int = 2000) -> str:
     try:
@@ -222,18 +134,19 @@ def _spark_env(workdir: Path) -> dict[str, str]:
 
 @contextmanager
 def spark_standalone_cluster(
-    cores: int = 2, memory: str = "1g", *, timeout_s: float = 120.0
+    cores: int = 2, memory: str = "1g", *, workers: int = 1, timeout_s: float = 120.0
 ) -> Iterator[SparkStandaloneCluster]:
-    """Start a Spark standalone master and one worker on 127.0.0.1; kill both on exit.
+    """Start a Spark standalone master and ``workers`` workers on 127.0.0.1; kill all on exit.
 
     Every port is a free one (master RPC and web UI; the worker's are ephemeral) and the
     master's REST submission server (port 6066 by default) is off, so several clusters can
     run on one machine.
 
     Args:
-        cores: cores the worker offers.
-        memory: memory the worker offers, e.g. ``"1g"``.
-        timeout_s: how long to wait for the worker to register with the master.
+        cores: cores each worker offers.
+        memory: memory each worker offers, e.g. ``"1g"``.
+        workers: Spark worker processes (each its own JVM, work dir and executors).
+        timeout_s: how long to wait for the workers to register with the master.
 
     Yields:
         The running :class:`SparkStandaloneCluster`.
@@ -269,10 +182,11 @@ def spark_standalone_cluster(
         ("master", [spark_class, "org.apache.spark.deploy.master.Master",
                     "--host", HOST, "--port", str(port), "--webui-port", str(webui_port),
                     "--properties-file", str(props)]),
-        ("worker", [spark_class, "org.apache.spark.deploy.worker.Worker", cluster.master_url,
-                    "--host", HOST, "--cores", str(cores), "--memory", memory,
-                    "--webui-port", "0", "--work-dir", str(workdir / "work"),
-                    "--properties-file", str(props)]),
+        *[(f"worker{i}" if i else "worker",
+           [spark_class, "org.apache.spark.deploy.worker.Worker", cluster.master_url,
+            "--host", HOST, "--cores", str(cores), "--memory", memory,
+            "--webui-port", "0", "--work-dir", str(workdir / "work" / str(i)),
+            "--properties-file", str(props)]) for i in range(workers)],
     ]
     logs = [workdir / "logs" / f"{name}.log" for name, _ in commands]
     try:
@@ -284,7 +198,7 @@ def spark_standalone_cluster(
                         stdout=log_file, stderr=subprocess.STDOUT, start_new_session=True,
                     )
                 )
-        _wait_for_spark_worker(cluster, logs, timeout_s)
+        _wait_for_spark_worker(cluster, logs, timeout_s, workers)
         yield cluster
     finally:
         kill_pids(cluster.pids())
@@ -293,7 +207,7 @@ def spark_standalone_cluster(
 
 
 def _wait_for_spark_worker(
-    cluster: SparkStandaloneCluster, logs: list[Path], timeout_s: float
+    cluster: SparkStandaloneCluster, logs: list[Path], timeout_s: float, workers: int = 1
 ) -> None:
     deadline = time.monotonic() + timeout_s
     last_error: Exception | None = None
@@ -307,7 +221,7 @@ def _wait_for_spark_worker(
         try:
             state = cluster.state()
             alive = [w for w in state.get("workers", []) if w.get("state") == "ALIVE"]
-            if alive and alive[0].get("cores") == cluster.cores:
+            if len(alive) >= workers and all(w.get("cores") == cluster.cores for w in alive):
                 return
         except OSError as exc:  # the master UI is not up yet
             last_error = exc
@@ -350,10 +264,11 @@ class RayCluster:
         return list(dict.fromkeys(out))
 
 
-def ray_env(temp_dir: Path | None = None) -> dict[str, str]:
+def ray_env(temp_dir: Path | None = None, token: str | None = None) -> dict[str, str]:
     """The environment for Ray processes and drivers of a loopback test cluster.
 
-    Token auth is off (a loopback cluster that Spark executors may join);
+    Token auth is on with ``token`` (a fresh one when not given), as Ray 2.60 has it by
+    default: the driver and every node of the cluster share it.
     ``RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0`` keeps every Ray server on 127.0.0.1 (with ``1``
     GCS, raylets and agents listen on all interfaces); this interpreter's ``bin`` comes first
     on ``PATH`` because Ray spawns ``python`` by name.
@@ -362,7 +277,8 @@ def ray_env(temp_dir: Path | None = None) -> dict[str, str]:
     bindir = os.path.dirname(sys.executable)
     env.update(
         {
-            "RAY_AUTH_MODE": "disabled",
+            **auth_env(token or new_token()),
+            "ORCA_RAY_LOOPBACK": "1",
             "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0",
             "RAY_USAGE_STATS_ENABLED": "0",
             "PATH": bindir + os.pathsep + env.get("PATH", ""),
@@ -408,7 +324,7 @@ def ray_cluster(
     ray_bin = os.path.join(os.path.dirname(sys.executable), "ray")
     # `ray start --address` refuses to add a node while RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0
     # (the setting that keeps Ray on loopback); lift that CLI check for our second node only.
-    join_cmd = [sys.executable, "-c", _RAY_START_MULTINODE]
+    join_cmd = [sys.executable, "-c", RAY_START]
     port = find_free_port(HOST)
     address = f"{HOST}:{port}"
     cluster = RayCluster(
@@ -454,17 +370,6 @@ def ray_cluster(
         _reap(cluster.processes)
         shutil.rmtree(temp_dir, ignore_errors=True)
 
-
-_RAY_START_MULTINODE = """
-import sys
-import ray._private.ray_constants as constants
-import ray._private.services as services
-constants.ENABLE_RAY_CLUSTER = True
-services.resolve_ip_for_localhost = lambda host: host  # keep 127.0.0.1 as given
-from ray.scripts.scripts import main
-sys.argv[0] = "ray"
-sys.exit(main())
-"""
 
 _COUNT_NODES = """
 import json, sys, time
