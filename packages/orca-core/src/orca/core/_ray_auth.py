@@ -18,8 +18,8 @@ import secrets
 from pathlib import Path
 
 MODE_VAR = "RAY_AUTH_MODE"
-TOKEN_VAR = "RAY_AUTH_TOKEN"
-TOKEN_PATH_VAR = "RAY_AUTH_TOKEN_PATH"
+TOKEN_VAR = "RAY_AUTH_TOKEN"  # noqa: S105 - the name of a variable, not a secret
+TOKEN_PATH_VAR = "RAY_AUTH_TOKEN_PATH"  # noqa: S105 - the name of a variable, not a secret
 
 
 def new_token() -> str:

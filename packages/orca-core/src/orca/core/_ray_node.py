@@ -104,7 +104,7 @@ def start_keeper_in_task(config: dict[str, Any], auth: dict[str, str]) -> dict[s
     })
     if config.get("loopback"):
         env["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"
-    proc = subprocess.Popen(
+    proc = subprocess.Popen(  # noqa: S603 - this interpreter and Orca's own module, no shell
         [sys.executable, "-m", "orca.core._ray_node", json.dumps(args)],
         env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
         start_new_session=True, cwd=tempfile.gettempdir(),
@@ -163,8 +163,9 @@ def keep(args: dict[str, Any], poll_s: float = 0.5, gcs_misses: int = 4) -> int:
     signal.signal(signal.SIGTERM, lambda *_: stop.append(True))
     signal.signal(signal.SIGINT, lambda *_: stop.append(True))
     with open(os.path.join(temp_dir, "node.log"), "wb") as log:
-        node = subprocess.Popen(_node_command(args, temp_dir), stdin=subprocess.DEVNULL, stdout=log,
-                                stderr=subprocess.STDOUT, start_new_session=True, cwd=temp_dir)
+        node = subprocess.Popen(  # noqa: S603 - Ray's own CLI, no shell
+            _node_command(args, temp_dir), stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+            start_new_session=True, cwd=temp_dir)
     watch = args.get("watch_pid")
     misses, code = 0, 0
     try:
