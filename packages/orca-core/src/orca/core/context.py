@@ -53,6 +53,8 @@ class OrcaSettings:
             makes progress is never cut off, however long the fit.
         worker_start_timeout_s: the longest a worker may take to start (process, framework
             import, data loading, rendezvous) before its first progress.
+        max_failures: the default of ``fit(max_failures=...)``: how many lost workers a fit
+            recovers from, resuming from the last completed epoch.
         ray_start_timeout_s: upper bound on Ray's start-up.
     """
 
@@ -61,6 +63,7 @@ class OrcaSettings:
     shard_size: int | None = None
     worker_timeout_s: float = 600.0
     worker_start_timeout_s: float = 300.0
+    max_failures: int = 0
     ray_start_timeout_s: float = 120.0
 
 

@@ -164,6 +164,7 @@ class Estimator(BaseEstimator):
         label_cols: str | Sequence[str] | None = None,
         verbose: int | None = None,
         shuffle: bool = True,
+        max_failures: int | None = None,
     ) -> History:
         """Train data-parallel; every step applies exactly the global batch's gradient.
 
@@ -190,6 +191,9 @@ class Estimator(BaseEstimator):
             label_cols: target column(s).
             verbose: 0 hides the progress bar for this call.
             shuffle: shuffle each worker's rows every epoch.
+            max_failures: lost workers the fit recovers from, resuming from the last completed
+                epoch (see ``orca.core``'s ``BaseEstimator.fit``; Keras callbacks then start afresh
+                with each epoch).
 
         Returns:
             A History: ``history.history`` has Keras' keys (``loss``, compiled metric names,
@@ -221,7 +225,7 @@ class Estimator(BaseEstimator):
                                   feature_cols=feature_cols, label_cols=label_cols, validation_data=validation_data,
                                   callbacks=[_KerasFit(options), *orca_cbs], shuffle=shuffle,
                                   validation_freq=validation_freq, steps_per_epoch=steps_per_epoch,
-                                  validation_steps=validation_steps)
+                                  validation_steps=validation_steps, max_failures=max_failures)
         finally:
             self.use_tqdm = use_tqdm
         return history

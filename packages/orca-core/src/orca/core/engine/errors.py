@@ -17,6 +17,11 @@ class OrcaWorkerError(RuntimeError):
         self.worker_traceback = worker_traceback
 
 
+class WorkerLostError(OrcaWorkerError):
+    """A worker's process was lost (killed, crashed, its node or executor gone), as opposed to
+    an exception in the user's code: ``fit(..., max_failures=N)`` recovers from these."""
+
+
 class NotFittedError(RuntimeError):
     """A method that needs a model was called before there was one."""
 

@@ -11,13 +11,14 @@ worker does (an error, a crash, a timeout) can take it back.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any, ClassVar
 
 from orca.core.engine.backend import Backend, resolve_backend
 from orca.core.engine.callbacks import Callback, latest_checkpoint
-from orca.core.engine.errors import OrcaWorkerError, check_positive_int
+from orca.core.engine.errors import OrcaWorkerError, WorkerLostError, check_positive_int
 from orca.core.engine.group import ModelState, WorkerGroup
 from orca.core.engine.history import History
 from orca.core.engine.liveness import backstop_s
@@ -133,7 +134,7 @@ class BaseEstimator:
             label_cols: Any = None, validation_data: Any = None, callbacks: list[Callback] | None = None,
             max_steps: int | None = None, shuffle: bool = True, reduce_results: bool = True,
             validation_freq: int = 1, steps_per_epoch: int | None = None,
-            validation_steps: int | None = None) -> History:
+            validation_steps: int | None = None, max_failures: int | None = None) -> History:
         """Train on ``data`` for ``epochs`` epochs, data-parallel over the workers.
 
         Args:
@@ -152,15 +153,24 @@ class BaseEstimator:
                 this; the other epochs skip the validation pass on every rank.
             steps_per_epoch: batches per epoch of a data creator's loader (default: all of it).
             validation_steps: batches per validation pass of a data creator's loader.
+            max_failures: how many times a lost worker (a killed or crashed process, a lost
+                Ray actor or Spark executor, a worker silent for ``worker_timeout_s``) may
+                restart the fit (default: the context's ``max_failures``, 0). With N > 0 the
+                driver takes the state after every epoch; after a loss it starts new workers
+                from the last completed epoch and goes on, with the same data order, so the
+                result equals an uninterrupted run's. Exceptions in user code never restart.
 
         Returns:
             A :class:`History`: per-epoch ``epoch``, ``num_samples``, ``batch_count``,
-            ``train_loss`` (also as ``loss``), ``val_loss`` and ``val_<metric>``.
+            ``train_loss`` (also as ``loss``), ``val_loss`` and ``val_<metric>`` (and, with
+            ``max_failures``, ``restarts``: how often that epoch was restarted); its
+            ``restarts`` attribute lists each restart (``epoch``, ``cause``).
 
         Raises:
             ValueError / TypeError: bad input, named on the driver before any work starts.
             OrcaWorkerError: a worker failed; carries its traceback. The Estimator keeps the
-                state of its last completed fit.
+                state of its last completed fit (``WorkerLostError`` when a worker was lost).
+            TimeoutError: a worker made no progress for ``worker_timeout_s``.
         """
         self._refuse_if_inference_only("fit")
         check_positive_int("epochs", epochs)
@@ -184,6 +194,48 @@ class BaseEstimator:
                        max_steps=max_steps, metrics=self.metrics, start_epoch=self._epoch,
                        callbacks=list(callbacks or []), validation_freq=validation_freq,
                        steps_per_epoch=steps_per_epoch, validation_steps=validation_steps)
+        if max_failures is None:
+            max_failures = self._ctx().settings.max_failures
+        if not isinstance(max_failures, int) or max_failures < 0:
+            raise ValueError(f"max_failures must be a non-negative int, got {max_failures!r}.")
+        history: list[dict[str, Any]] = []
+        restarts: list[dict[str, Any]] = []
+        if max_failures == 0:
+            history = self._fit_call(src, val, args)
+        else:  # one call per epoch: the driver holds every epoch's state, a lost worker costs one epoch
+            first = args.start_epoch
+            while len(history) < epochs:
+                chunk = dataclasses.replace(args, epochs=1, start_epoch=first + len(history),
+                                            max_steps=None if max_steps is None else max_steps - _steps(history))
+                try:
+                    part = self._fit_call(src, val, chunk)
+                except (WorkerLostError, TimeoutError) as exc:
+                    if len(restarts) >= max_failures:
+                        exc.add_note(f"fit gave up after {len(restarts)} restart(s) (max_failures={max_failures}).")
+                        raise
+                    restarts.append({"epoch": chunk.start_epoch + 1, "cause": str(exc).splitlines()[0],
+                                     "restart": len(restarts) + 1})
+                    log.warning("fit: %s; restarting the workers from the state after epoch %d (restart %d of "
+                                "at most %d).", str(exc).splitlines()[0], chunk.start_epoch, len(restarts),
+                                max_failures)
+                    if self._group is not None:
+                        self._group.shutdown()
+                    continue
+                for h in part:
+                    h["restarts"] = sum(1 for r in restarts if r["epoch"] == h["epoch"])
+                history += part
+                if not part or (max_steps is not None and _steps(history) >= max_steps):
+                    break
+                if part[-1].get("stopped_early"):
+                    break
+        if not reduce_results:
+            return History([[dict(h) for _ in range(self.num_workers)] for h in history])
+        out = History(history)
+        out.restarts = restarts
+        return out
+
+    def _fit_call(self, src: DataSource, val: DataSource | None, args: FitArgs) -> list[dict[str, Any]]:
+        """One ``fit`` call of the worker group; on success the driver holds the new state."""
         group = self._workers()
         try:
             with self._watched(group, bar=self.use_tqdm) as server:
@@ -201,11 +253,8 @@ class BaseEstimator:
             log.warning("fit failed: %s", self._kept_note())
             raise
         self._model, self._digests = result.state, result.digests
-        history = result.history
-        self._epoch += len(history)
-        if not reduce_results:
-            return History([[dict(h) for _ in range(self.num_workers)] for h in history])
-        return History(history)
+        self._epoch += len(result.history)
+        return result.history
 
     @contextlib.contextmanager
     def _watched(self, group: WorkerGroup, bar: bool = False) -> Iterator[Any]:
@@ -337,3 +386,8 @@ class BaseEstimator:
                 self._group.shutdown()
         except Exception:  # noqa: BLE001
             pass
+
+
+def _steps(history: list[dict[str, Any]]) -> int:
+    """Training steps taken over ``history``'s epochs."""
+    return sum(int(h.get("batch_count", 0)) for h in history)

@@ -17,6 +17,13 @@ class History(list):
         [0.5, 0.25]
     """
 
+    #: each restart of the fit after a lost worker: ``{"epoch", "cause", "restart"}``
+    restarts: list[dict[str, Any]]
+
+    def __init__(self, epochs: Any = ()) -> None:
+        super().__init__(epochs)
+        self.restarts = []
+
     @property
     def history(self) -> dict[str, list[Any]]:
         """Stats as ``{name: [value per epoch]}``."""

@@ -67,6 +67,9 @@ class Liveness:
         with self._lock:
             self._seen = {r: now for r in range(self.num_workers)}
             self._info: dict[int, dict[str, Any]] = {r: {"phase": "starting"} for r in range(self.num_workers)}
+            self._pids: dict[int, Any] = {}
+            #: ranks whose worker process started again within the call (a re-run task)
+            self.restarted: list[int] = []
 
     def seen(self, rank: int, info: dict[str, Any]) -> None:
         """Rank ``rank`` made progress (``info``: host, pid, phase, epoch, step)."""
@@ -74,6 +77,9 @@ class Liveness:
             return
         with self._lock:
             self._seen[rank] = time.monotonic()
+            pid = (info.get("host"), info.get("pid"))
+            if self._pids.setdefault(rank, pid) != pid and rank not in self.restarted:
+                self.restarted.append(rank)
             self._info[rank].update({k: v for k, v in info.items() if k in ("host", "pid", "phase", "epoch", "step")})
 
     def silent(self) -> str | None:

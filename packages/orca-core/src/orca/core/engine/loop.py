@@ -251,6 +251,8 @@ def _fit_epochs(runner: Runner, feed: Feed | None, val_feed: Feed | None, counts
         history.append(stats)
         beat("ending an epoch", force=True, epoch=epoch + 1)
         callbacks.on_epoch_end(epoch, stats)
+        if runner.stop_training:
+            stats["stopped_early"] = True  # a callback stopped the fit (a resumed fit stops too)
         if runner.stop_training or (args.max_steps is not None and steps_done >= args.max_steps):
             break
     callbacks.on_train_end(history[-1] if history else {})

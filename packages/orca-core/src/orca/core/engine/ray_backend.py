@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 
 from orca.core._net import find_free_ports
-from orca.core.engine.errors import OrcaWorkerError
+from orca.core.engine.errors import OrcaWorkerError, WorkerLostError
 from orca.core.engine.feed import Feed, Slice, cut_part
 from orca.core.engine.group import (
     FitResult,
@@ -230,6 +230,27 @@ def _free_cpus(need: float, wait_s: float = 10.0) -> float:
         time.sleep(0.25)
 
 
+#: how long a failed call waits for the other workers' outcome, to tell a lost worker from its peers
+LOST_GRACE_S = 3.0
+
+
+def _failure(ref: Any, what: str) -> Exception | None:
+    """The driver's error for a finished call ``ref``, or ``None`` when it succeeded."""
+    ray = _ray()
+    try:
+        ray.get(ref)
+        return None
+    except Exception as exc:  # noqa: BLE001 - turned into the driver's error
+        cause = getattr(exc, "cause", None) or exc
+        if isinstance(cause, _WorkerFailure):
+            r = cause.result
+            return OrcaWorkerError(f"{describe_worker(r)} failed during {what}: {r['error']}",
+                                   rank=r.get("rank"), worker_traceback=r["traceback"])
+        if isinstance(exc, (ray.exceptions.RayActorError, ray.exceptions.ActorDiedError)):
+            return _ActorLost(f"an Orca worker (Ray actor) died during {what}: {exc}")
+        return OrcaWorkerError(f"Orca worker failed during {what}: {exc}", worker_traceback=str(exc))
+
+
 class _ActorLost(Exception):
     """An actor of the group died (its process was killed, its node was lost)."""
 
@@ -401,19 +422,15 @@ class RayWorkerGroup(WorkerGroup):
             except KeyboardInterrupt:
                 self.shutdown()  # nothing keeps training after Ctrl-C; the driver keeps its state
                 raise
-            for ref in done:
-                try:
-                    ray.get(ref)
-                except Exception as exc:  # noqa: BLE001 - re-raised below as the driver's error
-                    cause = getattr(exc, "cause", None) or exc
-                    if isinstance(cause, _WorkerFailure):
-                        r = cause.result
-                        raise OrcaWorkerError(f"{describe_worker(r)} failed during {what}: {r['error']}",
-                                              rank=r.get("rank"), worker_traceback=r["traceback"]) from None
-                    if isinstance(exc, (ray.exceptions.RayActorError, ray.exceptions.ActorDiedError)):
-                        raise _ActorLost(f"an Orca worker (Ray actor) died during {what}: {exc}") from None
-                    raise OrcaWorkerError(f"Orca worker failed during {what}: {exc}",
-                                          worker_traceback=str(exc)) from None
+            failed = [ref for ref in done if _failure(ref, what) is not None]
+            if failed:
+                # a killed worker makes its peers fail too (their connections to it break), often
+                # before Ray reports the death: give the others a moment, then blame a death first
+                if pending:
+                    more, pending = ray.wait(pending, num_returns=len(pending), timeout=LOST_GRACE_S)
+                    failed += [ref for ref in more if _failure(ref, what) is not None]
+                errors = [e for e in (_failure(ref, what) for ref in failed) if e is not None]
+                raise next((e for e in errors if isinstance(e, _ActorLost)), errors[0]) from None
         return ray.get(refs)
 
     def _call(self, what: str, fn: Any) -> Any:
@@ -425,13 +442,13 @@ class RayWorkerGroup(WorkerGroup):
         except _ActorLost as exc:
             self.shutdown()
             if not was_up:
-                raise OrcaWorkerError(str(exc)) from None
+                raise WorkerLostError(str(exc)) from None
             log.warning("%s; starting new workers from the driver's state and running %s again.", exc, what)
             try:
                 return fn()
             except _ActorLost as again:
                 self.shutdown()
-                raise OrcaWorkerError(str(again)) from None
+                raise WorkerLostError(str(again)) from None
 
     # ---------------------------------------------------------------- calls
     def fit(self, state: ModelState, source: DataSource, val_source: DataSource | None,
@@ -456,7 +473,7 @@ class RayWorkerGroup(WorkerGroup):
         except (OrcaWorkerError, _ActorLost, TimeoutError) as exc:
             self.shutdown()  # the collectives of a failed step cannot be trusted
             if isinstance(exc, _ActorLost):
-                raise OrcaWorkerError(str(exc)) from None
+                raise WorkerLostError(str(exc)) from None
             raise
         except BaseException:
             self.shutdown()

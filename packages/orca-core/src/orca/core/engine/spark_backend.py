@@ -23,7 +23,7 @@ import numpy as np
 
 from orca.core._net import find_free_ports
 from orca.core.engine.convert import Part, table_to_part
-from orca.core.engine.errors import OrcaWorkerError
+from orca.core.engine.errors import OrcaWorkerError, WorkerLostError
 from orca.core.engine.feed import Feed
 from orca.core.engine.group import (
     FitResult,
@@ -124,10 +124,20 @@ def _retry_lost_python_worker(job: Callable[[], list[Any]]) -> list[Any]:
         return job()
 
 
+#: what Spark says when a task's process or executor was lost rather than failing in user code
+_LOST_WORKER = (*_LOST_PYTHON_WORKER, "ExecutorLostFailure", "Broken pipe", "TaskKilled")
+
+
 def _spark_error(exc: Exception, what: str) -> OrcaWorkerError:
     text = str(exc)
     marker = text.find("Traceback (most recent call last)")
     tb = text[marker:] if marker >= 0 else text
+    if marker < 0:
+        lost = next((m for m in _LOST_WORKER if m in text), None)
+        if lost is not None:  # not a Python exception: say what Spark saw, not a JVM stack frame
+            reason = next((ln.strip() for ln in text.splitlines() if lost in ln), lost)
+            return WorkerLostError(f"an Orca worker (a Spark task's Python process) was lost during {what}: "
+                                   f"{reason[:500]}", worker_traceback=tb)
     last = [ln for ln in tb.splitlines() if ln.strip()][-1:] or [type(exc).__name__]
     return OrcaWorkerError(f"a Spark task failed during {what}: {last[0].strip()}", worker_traceback=tb)
 
@@ -166,7 +176,8 @@ class SparkWorkerGroup(WorkerGroup):
                 f"cluster has {slots} task slots; lower workers_per_node/num_workers or add cores."
             )
 
-    def _watched(self, job: Callable[[], list[Any]], what: str, ranks: int | None = None) -> list[Any]:
+    def _watched(self, job: Callable[[], list[Any]], what: str, ranks: int | None = None,
+                 rerun: bool = False) -> list[Any]:
         """Run the Spark job ``job()`` while watching the workers' heartbeats (``ranks`` of them;
         default: the group's): a worker silent for ``worker_timeout_s``, or Ctrl-C on the driver,
         cancels the job (Spark kills its Python workers) and raises here."""
@@ -193,6 +204,13 @@ class SparkWorkerGroup(WorkerGroup):
                 if silent is not None:
                     _cancel(sc, tag, thread)
                     raise TimeoutError(f"{silent} (during {what})")
+                if rerun and liveness is not None and liveness.restarted:
+                    # Spark re-runs a failed barrier stage from the state it was given: the fit would
+                    # silently start over; Orca's recovery (max_failures) resumes from the driver's state
+                    _cancel(sc, tag, thread)
+                    raise WorkerLostError(f"an Orca worker was lost during {what} and Spark started the stage "
+                                          f"again (rank {liveness.restarted[0]} started twice); Orca stopped it. "
+                                          "Pass max_failures=N to fit to resume from the last completed epoch.")
         except KeyboardInterrupt:
             _cancel(sc, tag, thread)  # nothing keeps training after Ctrl-C; the driver keeps its state
             raise
@@ -216,9 +234,9 @@ class SparkWorkerGroup(WorkerGroup):
             with spark_errors("fit"):
                 frame = source.spark_frame(True)
                 if frame is not None and (val_source is None or val_source.spark_frame(True) is not None):
-                    raw = self._watched(lambda: self._fit_dataframe(bc, source, val_source), "fit")
+                    raw = self._watched(lambda: self._fit_dataframe(bc, source, val_source), "fit", rerun=True)
                 else:
-                    raw = self._watched(lambda: self._fit_rdd(bc, source, val_source), "fit")
+                    raw = self._watched(lambda: self._fit_rdd(bc, source, val_source), "fit", rerun=True)
         finally:
             bc.destroy()
         result = fit_result([cloudpickle.loads(r) for r in raw], self.num_workers)

@@ -66,6 +66,30 @@ class StallAt(Callback):
             time.sleep(3600)
 
 
+class KillOnce(Callback):
+    """SIGKILLs its own worker process (rank ``rank``) after step ``step`` of epoch ``epoch``
+    (0-based), once: ``marker`` is a file it creates first, so a restarted fit goes through."""
+
+    def __init__(self, marker: str, rank: int = 1, epoch: int = 1, step: int = 1) -> None:
+        self.marker, self.kill_rank, self.kill_epoch, self.step = marker, rank, epoch, step
+        self.epoch = -1
+
+    def on_epoch_begin(self, epoch: int, logs: dict[str, Any] | None = None) -> None:
+        self.epoch = epoch
+
+    def on_batch_end(self, step: int, logs: dict[str, Any] | None = None) -> None:
+        import os
+        import signal
+
+        if (self.rank, self.epoch, step) == (self.kill_rank, self.kill_epoch, self.step):
+            try:
+                with open(self.marker, "x"):
+                    pass
+            except FileExistsError:
+                return
+            os.kill(os.getpid(), signal.SIGKILL)
+
+
 def _gone(pid: int, within_s: float) -> bool:
     """True once process ``pid`` has exited (or is a zombie) within ``within_s``."""
     import psutil
@@ -91,6 +115,8 @@ class EstimatorConformance:
     batch_size: int = 32
     #: predictions must match the single-process model within this
     atol: float = 1e-5
+    #: a fit restarted after a lost worker ends this close to an uninterrupted one
+    recovery_atol: float = 1e-6
 
     # ------------------------------------------------------------ hooks
     def make_estimator(self, backend: str) -> Any:
@@ -305,3 +331,39 @@ class EstimatorConformance:
         assert short_timeout - 1 <= quiet <= short_timeout + 10, msg
         pid = int(re.search(r"pid (\d+)", msg).group(1))  # type: ignore[union-attr]
         assert _gone(pid, 30), f"the stalled worker (pid {pid}) still runs"
+
+    # ------------------------------------------------------------ recovery
+    @pytest.mark.timeout(600)
+    def test_a_worker_killed_mid_fit_is_recovered_with_max_failures(self, backend: str, data: dict[str, Any],
+                                                                    tmp_path: Any) -> None:
+        """Rank 1 SIGKILLs itself in epoch 2: with max_failures=1 the fit restarts from epoch 1's
+        state and ends with the weights of an uninterrupted run; with max_failures=0 it fails at
+        once with a WorkerLostError and the Estimator keeps its model."""
+        if not self.supports_fit:
+            pytest.skip("this Estimator is inference-only")
+        from orca.core.engine.errors import WorkerLostError
+
+        xy = {"x": data["x"][:32], "y": data["y"][:32]}
+        probe = data["x"][:16]
+        results = []
+        for kill in (True, False):
+            est = self.make_estimator(backend)
+            try:
+                cbs = [KillOnce(str(tmp_path / "killed"))] if kill else []
+                hist = est.fit(xy, epochs=3, batch_size=8, callbacks=cbs, max_failures=1)
+                results.append(self.single_process_predict(est, probe).reshape(-1))
+            finally:
+                est.shutdown()
+            assert [h["epoch"] for h in hist] == [1, 2, 3]
+            assert [r["epoch"] for r in hist.restarts] == ([2] if kill else [])
+            assert [h["restarts"] for h in hist] == ([0, 1, 0] if kill else [0, 0, 0])
+        np.testing.assert_allclose(results[0], results[1], atol=self.recovery_atol)
+
+        est = self.make_estimator(backend)
+        try:
+            before = np.asarray(est.predict(probe, batch_size=8)).reshape(-1)
+            with pytest.raises(WorkerLostError):
+                est.fit(xy, epochs=3, batch_size=8, callbacks=[KillOnce(str(tmp_path / "again"))], max_failures=0)
+            np.testing.assert_array_equal(np.asarray(est.predict(probe, batch_size=8)).reshape(-1), before)
+        finally:
+            est.shutdown()
