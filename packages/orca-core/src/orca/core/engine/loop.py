@@ -209,7 +209,7 @@ def _fit_epochs(runner: Runner, feed: Feed | None, val_feed: Feed | None, counts
         while args.max_steps is None or steps_done < args.max_steps:
             # a step (and, with native loaders, the lock-step exchange before it) waits for every
             # rank: the driver blames a silent rank in here only when no rank makes progress
-            beat("in a training step", epoch=epoch + 1, step=steps + 1)
+            beat("in a training step" if steps_done else "in the first training step", epoch=epoch + 1, step=steps + 1)
             batch = next(it, None)
             if batch is None:
                 break
