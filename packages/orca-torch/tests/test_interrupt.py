@@ -1,0 +1,70 @@
+"""Ctrl-C on the driver during fit: every worker stops within seconds, the Estimator keeps its
+last completed state, and the context serves the next call. A real SIGINT to a real driver
+process (a fresh interpreter with its own Orca context)."""
+
+import pytest
+
+from orca.core.testing.clusters import run_python
+
+pytestmark = pytest.mark.timeout(300)
+
+DRIVER = r"""
+import json, os, signal, threading, time
+import numpy as np, psutil, torch
+from torch import nn
+from orca.core.context import init_orca_context, stop_orca_context
+from orca.core.testing.conformance import SlowSteps
+from orca.core.testing.failures import worker_pids
+from orca.torch import Estimator
+
+ctx = init_orca_context(cluster_mode="local", cores=2, memory="2g")
+x = np.random.default_rng(0).normal(size=(64, 4)).astype(np.float32)
+y = x.sum(1, keepdims=True).astype(np.float32)
+
+def model(config):
+    torch.manual_seed(0)
+    return nn.Linear(4, 1)
+
+est = Estimator.from_torch(model=model, optimizer=lambda m, c: torch.optim.SGD(m.parameters(), lr=0.1),
+                           loss=nn.MSELoss(), backend=BACKEND, workers_per_node=2)
+est.fit({"x": x, "y": y}, epochs=1, batch_size=8)
+after_first = est.predict(x, batch_size=8)
+seen = {}
+
+def interrupt():
+    while not est.progress_events and time.monotonic() - t0 < 120:
+        time.sleep(0.2)  # (the bar's events come from rank 0 while it trains)
+    time.sleep(2)
+    seen["pids"] = worker_pids(est)
+    seen["t"] = time.monotonic()
+    os.kill(os.getpid(), signal.SIGINT)
+
+t0 = time.monotonic()
+threading.Thread(target=interrupt, daemon=True).start()
+try:
+    est.fit({"x": x, "y": y}, epochs=50, batch_size=8, callbacks=[SlowSteps(0.2)])
+    interrupted = False
+except KeyboardInterrupt:
+    interrupted = True
+stopped_in = time.monotonic() - seen.get("t", time.monotonic())
+time.sleep(3)
+sc = ctx.spark_session().sparkContext
+alive = [p for p in seen.get("pids", []) if psutil.pid_exists(p) and psutil.Process(p).status() != "zombie"]
+same = bool(np.array_equal(est.predict(x, batch_size=8), after_first))
+print(json.dumps({"interrupted": interrupted, "stopped_in": stopped_in, "pids": seen.get("pids", []),
+                  "alive": alive, "active_jobs": list(sc.statusTracker().getActiveJobsIds()),
+                  "same_predictions": same, "actors": bool(est._group is not None and est._group.started)}))
+est.shutdown()
+stop_orca_context()
+"""
+
+
+@pytest.mark.parametrize("backend", ["ray", "spark"])
+def test_ctrl_c_during_fit_stops_every_worker_and_keeps_the_last_state(backend):
+    out = run_python(DRIVER.replace("BACKEND", repr(backend)), timeout_s=280)
+    assert out["interrupted"], out
+    assert out["stopped_in"] < 15, out  # the driver returned within seconds of Ctrl-C
+    assert out["active_jobs"] == [], out  # no Spark job keeps training
+    assert out["same_predictions"], out  # the state of the first fit, and the context still serves calls
+    if backend == "ray":
+        assert len(out["pids"]) == 2 and out["alive"] == [], out  # both actors are gone
