@@ -182,6 +182,15 @@ def describe_worker(result: dict[str, Any]) -> str:
     return f"Orca worker {rank if rank is not None else '?'}" + (f" ({where})" if where else "")
 
 
+#: how a rank's error reads when it only saw a peer fail (orca.core.sync, gloo)
+_CONSEQUENCES = ("PeerLostError", "SyncTimeoutError", "Connection closed by peer", "Connection reset by peer")
+
+
+def is_consequence(error: str) -> bool:
+    """True when a worker's error text says only that a peer failed first."""
+    return error.startswith(_CONSEQUENCES[:2]) or any(m in error for m in _CONSEQUENCES[2:])
+
+
 def raise_worker_errors(results: Sequence[dict[str, Any]], what: str) -> None:
     """Raise the first real failure among per-worker results as one :class:`OrcaWorkerError`.
 
@@ -190,7 +199,7 @@ def raise_worker_errors(results: Sequence[dict[str, Any]], what: str) -> None:
     errors = [r for r in results if "error" in r]
     if not errors:
         return
-    first = min(errors, key=lambda r: (str(r["error"]).startswith(("PeerLostError", "SyncTimeoutError")),
+    first = min(errors, key=lambda r: (is_consequence(str(r["error"])),
                                        r.get("rank") if r.get("rank") is not None else 1 << 30))
     raise OrcaWorkerError(f"{describe_worker(first)} failed during {what}: {first['error']}",
                           rank=first.get("rank"), worker_traceback=first.get("traceback", ""))

@@ -8,6 +8,7 @@ collective: their per-worker results are merged by the caller.
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -214,6 +215,11 @@ def _fit_epochs(runner: Runner, feed: Feed | None, val_feed: Feed | None, counts
             if batch is None:
                 break
             value = runner.train_batch(batch)
+            if not math.isfinite(value):
+                raise FloatingPointError(
+                    f"the training loss became {value} at epoch {epoch + 1}, step {steps + 1} (rank {rank}); the "
+                    "fit stopped. The Estimator keeps the state of its last completed fit (or epoch, with "
+                    "max_failures). Check the data for NaN/Inf values and try a lower learning rate.")
             loss.update_value(value, batch.size)
             steps += 1
             steps_done += 1

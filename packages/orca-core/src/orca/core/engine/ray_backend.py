@@ -38,6 +38,7 @@ from orca.core.engine.group import (
     evaluate_on_worker,
     fit_on_worker,
     fit_result,
+    is_consequence,
     predict_on_worker,
 )
 from orca.core.engine.liveness import Liveness, beat, beating
@@ -430,7 +431,9 @@ class RayWorkerGroup(WorkerGroup):
                     more, pending = ray.wait(pending, num_returns=len(pending), timeout=LOST_GRACE_S)
                     failed += [ref for ref in more if _failure(ref, what) is not None]
                 errors = [e for e in (_failure(ref, what) for ref in failed) if e is not None]
-                raise next((e for e in errors if isinstance(e, _ActorLost)), errors[0]) from None
+                # a death first; then a rank's own error before those that only saw a peer fail
+                errors.sort(key=lambda e: (not isinstance(e, _ActorLost), is_consequence(str(e).split(": ", 1)[-1])))
+                raise errors[0] from None
         return ray.get(refs)
 
     def _call(self, what: str, fn: Any) -> Any:

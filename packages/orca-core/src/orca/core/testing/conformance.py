@@ -367,3 +367,20 @@ class EstimatorConformance:
             np.testing.assert_array_equal(np.asarray(est.predict(probe, batch_size=8)).reshape(-1), before)
         finally:
             est.shutdown()
+
+    @pytest.mark.timeout(300)
+    def test_a_non_finite_loss_stops_the_fit_naming_epoch_and_step(self, backend: str, data: dict[str, Any]) -> None:
+        """A NaN in the row rank 1 trains on at step 3 of epoch 1 (rows are not shuffled): the fit
+        fails with an error naming rank 1, epoch 1 and step 3, and the Estimator keeps its model."""
+        if not self.supports_fit:
+            pytest.skip("this Estimator is inference-only")
+        x, y = data["x"][:32].copy(), data["y"][:32]
+        x[16 + 2 * 4, 0] = np.nan  # rank 1 holds rows 16-31 and takes 4 of them per step
+        est = self.make_estimator(backend)
+        try:
+            before = np.asarray(est.predict(data["x"][:16], batch_size=8)).reshape(-1)
+            with pytest.raises(OrcaWorkerError, match=r"FloatingPointError.*epoch 1, step 3 \(rank 1\)"):
+                est.fit({"x": x, "y": y}, epochs=2, batch_size=8, shuffle=False)
+            np.testing.assert_array_equal(np.asarray(est.predict(data["x"][:16], batch_size=8)).reshape(-1), before)
+        finally:
+            est.shutdown()
