@@ -277,6 +277,16 @@ def bench(session: nox.Session) -> None:
 
 
 @nox.session(python=PYTHON)
+def bench_reliability(session: nox.Session) -> None:
+    """Reliability figures (benchmarks/reliability.py; docs/reliability.md): time to detect a stalled
+    and a killed worker, time to recover, and a fit/predict/shutdown soak; ``-- --cycles N``."""
+    session.install(TORCH)
+    session.install(TORCH, *CORE, "-e", "packages/orca-torch[test]")
+    _runtime_env(session)
+    session.run("python", "benchmarks/reliability.py", *session.posargs)
+
+
+@nox.session(python=PYTHON)
 def bench_tf(session: nox.Session) -> None:
     """TF2/Keras benchmarks in the tf environment's packages: benchmarks/tf_peers.py, which runs
     benchmarks/tf_fit.py (Orca tf vs plain model.fit) and Ray Train's TensorflowTrainer."""
