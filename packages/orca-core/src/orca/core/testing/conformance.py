@@ -33,7 +33,7 @@ from orca.core.testing.failures import kill_one_worker, worker_pids
 
 NUM_FEATURES = 4
 #: the worker_timeout_s of the liveness tests: short, so that slow steps span many of them
-LIVENESS_TIMEOUT_S = 1.5
+LIVENESS_TIMEOUT_S = 2.5
 TRUE_W = np.array([1.5, -2.0, 0.5, 3.0], np.float32)
 TRUE_B = 0.25
 
