@@ -183,7 +183,8 @@ def describe_worker(result: dict[str, Any]) -> str:
 
 
 #: how a rank's error reads when it only saw a peer fail (orca.core.sync, gloo)
-_CONSEQUENCES = ("PeerLostError", "SyncTimeoutError", "Connection closed by peer", "Connection reset by peer")
+_CONSEQUENCES = ("PeerLostError", "SyncTimeoutError", "Connection closed by peer", "Connection reset by peer",
+                 "Collective ops is aborted", "tasks are unhealthy")  # (the last two: TF's collectives)
 
 
 def is_consequence(error: str) -> bool:
