@@ -1,0 +1,69 @@
+"""The driver's liveness rule (orca.core.engine.liveness), on its own: who is blamed and when.
+
+End-to-end checks with real workers are in the conformance suite (a slow fit completes, a stalled
+rank is named and stopped); these pin the rule's edges with a real heartbeat connection."""
+
+import time
+
+import pytest
+
+from orca.core.engine.liveness import Liveness, beat, beating
+from orca.core.engine.progress import ProgressServer
+
+pytestmark = pytest.mark.timeout(60)
+
+
+def test_a_rank_that_keeps_beating_is_never_silent_and_a_quiet_one_is_named():
+    live = Liveness(2, timeout_s=0.5)
+    for _ in range(6):  # 1.2 s: more than twice the timeout
+        live.seen(0, {"phase": "training", "epoch": 1, "step": 3, "host": "h0", "pid": 10})
+        live.seen(1, {"phase": "training", "epoch": 1, "step": 3, "host": "h1", "pid": 11})
+        time.sleep(0.2)
+        assert live.silent() is None
+    for _ in range(4):
+        live.seen(0, {"phase": "training", "epoch": 1, "step": 4})
+        time.sleep(0.2)
+    msg = live.silent()
+    assert msg is not None and msg.startswith("Orca worker rank 1 (host h1, pid 11) made no progress")
+    assert "while training (epoch 1, step 3)" in msg
+
+
+def test_a_rank_waiting_in_a_collective_is_not_blamed_while_another_makes_progress():
+    live = Liveness(2, timeout_s=0.3)
+    live.seen(0, {"phase": "merging the epoch", "epoch": 1})  # rank 0 waits at the epoch's end
+    for _ in range(5):  # rank 1 still validates, slowly
+        live.seen(1, {"phase": "evaluating"})
+        time.sleep(0.15)
+        assert live.silent() is None
+    time.sleep(0.4)  # now nobody makes progress: the collective is stuck
+    msg = live.silent()
+    assert msg is not None and "rank 1" in msg and "rank(s) 0 wait for it" in msg
+
+
+def test_start_up_has_its_own_bound_and_a_second_process_for_a_rank_is_seen():
+    live = Liveness(1, timeout_s=0.2, start_s=1.0)
+    live.seen(0, {"phase": "started", "host": "h", "pid": 1})
+    time.sleep(0.4)
+    assert live.silent() is None  # still starting: the start-up bound applies
+    live.seen(0, {"phase": "training", "host": "h", "pid": 1})
+    time.sleep(0.3)
+    assert "worker_timeout_s=0.2" in (live.silent() or "")
+    assert live.restarted == []
+    live.seen(0, {"phase": "started", "host": "h", "pid": 2})  # the task ran again in a new process
+    assert live.restarted == [0]
+
+
+def test_beats_travel_over_the_authenticated_channel_only_when_progress_changed():
+    live = Liveness(1, timeout_s=0.6)
+    server = ProgressServer("127.0.0.1", use_tqdm=False, liveness=live)
+    try:
+        with beating(server.endpoint, 0):
+            for step in range(8):
+                beat("training", epoch=1, step=step)
+                time.sleep(0.15)
+                assert live.silent() is None
+            time.sleep(1.0)  # the heartbeat thread runs, but nothing changed: silence
+            msg = live.silent()
+        assert msg is not None and "step 7" in msg
+    finally:
+        server.close()
