@@ -142,6 +142,8 @@ def test_metrics_are_exact_over_all_workers(orca_context, backend):
     probs = 1 / (1 + np.exp(-logits))
     # a multi-column score: AUC reads the last column, binary metrics compare element-wise
     assert b["val_auc"] == pytest.approx(roc_auc_score(yb, probs[:, -1]))
+    assert b["val_binary_accuracy"] == pytest.approx(np.mean((probs > 0.5) == yb[:, None]))
+    assert b["val_mae"] == pytest.approx(np.mean(np.abs(probs - yb[:, None])), rel=1e-5)
 
 
 class TwoHeads(nn.Module):

@@ -91,8 +91,9 @@ class BinaryAccuracy(Metric):
     def update(self, pred: np.ndarray, target: np.ndarray) -> None:
         p = (pred.reshape(target.shape[0], -1) > self.threshold).astype(np.int64)
         t = target.reshape(target.shape[0], -1).astype(np.int64)
-        self.state["total"] += float((p == t).sum())
-        self.state["count"] += float(t.size)
+        hits = p == t  # a (n, 1) target against (n, k) scores compares every column
+        self.state["total"] += float(hits.sum())
+        self.state["count"] += float(hits.size)
 
 
 class MSE(Metric):
