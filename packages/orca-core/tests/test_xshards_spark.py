@@ -42,7 +42,7 @@ def test_to_spark_df_of_pandas_shards_keeps_columns_and_rows(spark: Any) -> None
 
 
 def test_to_spark_df_of_other_shards_raises_type_error(spark: Any) -> None:
-    with pytest.raises(Exception, match="pandas DataFrames or dicts of numpy arrays; got int"):
+    with pytest.raises(TypeError, match="pandas DataFrames or dicts of numpy arrays; got int"):
         XShards.from_list([1, 2]).to_spark_df()
 
 

@@ -113,9 +113,11 @@ def shards_rdd_to_spark_df(rdd: Any) -> Any:
     from pyspark.sql import SparkSession
     from pyspark.sql.pandas.types import from_arrow_schema
 
-    first = rdd.mapPartitions(lambda it: [shard_to_record_batch(s).schema for s in _head(it)]).take(1)
+    first = rdd.mapPartitions(lambda it: [_schema_or_error(s) for s in _head(it)]).take(1)
     if not first:
         raise ValueError("to_spark_df() of an empty XShards: there is no shard to take columns from.")
+    if isinstance(first[0], str):  # the executor's TypeError, raised here on the driver
+        raise TypeError(first[0])
     schema = _widen_decimals(first[0])
     spark_schema = from_arrow_schema(schema, prefer_timestamp_ntz=False)
     spark = SparkSession.getActiveSession() or SparkSession.builder.getOrCreate()
@@ -131,6 +133,14 @@ def shards_rdd_to_spark_df(rdd: Any) -> Any:
                         yield out
 
     return blob_df.mapInArrow(to_batches, spark_schema)
+
+
+def _schema_or_error(shard: Any) -> pa.Schema | str:
+    """The Arrow schema of ``shard``, or the message of why it has none (for the driver to raise)."""
+    try:
+        return shard_to_record_batch(shard).schema
+    except TypeError as exc:
+        return str(exc)
 
 
 def _widen_decimals(schema: pa.Schema) -> pa.Schema:
