@@ -64,7 +64,9 @@ STANDALONE_DRIVER = textwrap.dedent(
     }
     ours = process_tree(os.getpid())[1:]
     stop_orca_context()
-    time.sleep(0.5)
+    deadline = time.monotonic() + 15  # poll: the JVM takes a moment to exit
+    while time.monotonic() < deadline and any(process_name(p) == "java" and os.path.exists(f"/proc/{p}") for p in ours):
+        time.sleep(0.2)
     report["java_left"] = [p for p in ours if process_name(p) == "java" and os.path.exists(f"/proc/{p}")]
     print(json.dumps(report))
     """

@@ -1,6 +1,5 @@
 """Bad input is rejected on the driver within seconds, and nothing is left running."""
 
-import time
 
 import numpy as np
 import pytest
@@ -36,11 +35,9 @@ def test_bad_data_fails_on_the_driver_fast(spark, bad, kind, match):
     x, y = regression(rows=8)
     df = spark.createDataFrame(pd.DataFrame({"x": list(x), "y": y}))
     est = Estimator.from_keras(model_creator=linear_creator(), backend="ray", workers_per_node=2, verbose=0)
-    t0 = time.monotonic()
-    with pytest.raises(kind, match=match):
+    with pytest.raises(kind, match=match):  # (bounded by the module's pytest-timeout, never asserted as time)
         est.fit(epochs=1, batch_size=4, **bad(df))
-    assert time.monotonic() - t0 < 10
-    assert est._group is None or not est._group.started
+    assert est._group is None or not est._group.started  # refused on the driver: no worker started
 
 
 def test_a_tf_dataset_instance_is_rejected_with_the_fix():
