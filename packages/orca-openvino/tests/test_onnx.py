@@ -2,14 +2,13 @@
 reading the same file."""
 
 import numpy as np
+import onnx
 import pandas as pd
 import pytest
 from conftest import F32, reference
+from onnx import TensorProto, helper, numpy_helper
 
-onnx = pytest.importorskip("onnx")
-from onnx import TensorProto, helper, numpy_helper  # noqa: E402
-
-from orca.openvino import Estimator  # noqa: E402
+from orca.openvino import Estimator
 
 pytestmark = pytest.mark.timeout(300)
 

@@ -2,14 +2,13 @@
 like torch itself (torch==2.13.0 CPU is in this session only for this)."""
 
 import numpy as np
+import openvino as ov
 import pandas as pd
 import pytest
+import torch
 from conftest import F32, reference
 
-torch = pytest.importorskip("torch")
-import openvino as ov  # noqa: E402
-
-from orca.openvino import Estimator  # noqa: E402
+from orca.openvino import Estimator
 
 pytestmark = pytest.mark.timeout(300)
 

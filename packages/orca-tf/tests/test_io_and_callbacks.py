@@ -180,7 +180,6 @@ def test_save_weights_and_savedmodel_export(spark_fitted, tmp_path):
 
 
 def test_tf_keras_savedmodel_round_trip(orca_context, tmp_path):
-    pytest.importorskip("tf_keras")
     x, y = regression(rows=32)
     legacy = Estimator.from_keras(model_creator=legacy_linear_creator(), backend="spark", verbose=0)
     legacy.fit((x, y), epochs=1, batch_size=8)

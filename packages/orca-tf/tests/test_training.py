@@ -23,8 +23,6 @@ def sgd_step_by_hand(est_model_weights, x, y, lr):
 @pytest.mark.parametrize("flavour", ["keras3", "tf_keras"])
 def test_one_global_batch_sgd_step_equals_the_single_process_step(orca_context, all_backends, flavour):
     backend = all_backends
-    if flavour == "tf_keras":
-        pytest.importorskip("tf_keras")
     creator = linear_creator(lr=0.1) if flavour == "keras3" else legacy_linear_creator(lr=0.1)
     x, y = regression(rows=40)
     w0 = creator({}).get_weights()
