@@ -279,3 +279,40 @@ def test_native_loader_with_rows_no_worker_count_divides_equals_one_process(orca
             opt.step()
     for g, w in zip(got, ref.parameters(), strict=True):
         np.testing.assert_allclose(g, w.detach().numpy(), atol=1e-6)
+
+
+class ConvLinear(nn.Module):
+    """Several tensors of several shapes (conv kernel and bias, linear weight and bias): the flat
+    gradient's packing order must be the same on every rank and match the parameters'."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(11)
+        self.conv = nn.Conv1d(1, 3, kernel_size=3)
+        self.fc = nn.Linear(3 * 4, 2)
+        self.out = nn.Linear(2, 1)
+
+    def forward(self, x):
+        return self.out(torch.tanh(self.fc(torch.tanh(self.conv(x.unsqueeze(1))).flatten(1))))
+
+
+def test_multi_tensor_model_sgd_equals_single_process_on_the_same_global_batches(orca_context, all_backends):
+    rng = np.random.default_rng(12)
+    x = rng.normal(size=(16, 6)).astype(np.float32)
+    y = rng.normal(size=(16, 1)).astype(np.float32)
+    est = Estimator.from_torch(model=lambda config: ConvLinear(), optimizer=sgd(0.1), loss=nn.MSELoss(),
+                               backend=all_backends, workers_per_node=2)
+    try:
+        est.fit({"x": x, "y": y}, epochs=2, batch_size=8, shuffle=False)
+        got = est.get_model().state_dict()
+    finally:
+        est.shutdown()
+    # worker 0 holds rows 0-7 and worker 1 rows 8-15; step s takes 4 rows from each
+    ref = ConvLinear()
+    opt = torch.optim.SGD(ref.parameters(), lr=0.1)
+    for rows in [[*range(0, 4), *range(8, 12)], [*range(4, 8), *range(12, 16)]] * 2:
+        opt.zero_grad()
+        nn.MSELoss()(ref(torch.from_numpy(x[rows])), torch.from_numpy(y[rows])).backward()
+        opt.step()
+    for name, want in ref.state_dict().items():
+        np.testing.assert_allclose(got[name].numpy(), want.numpy(), atol=1e-6, err_msg=name)
