@@ -244,7 +244,7 @@ class KerasRunner(Runner):
 
     def _remember_sample(self, batch: Batch) -> None:
         if self._metric_sample is None:
-            self._metric_sample = ([a[:1] for a in batch.x], [a[:1] for a in batch.y])
+            self._metric_sample = ([_wire(a[:1]) for a in batch.x], [_wire(a[:1]) for a in batch.y])
         self._rows += batch.size
 
     def eval_batch(self, batch: Batch) -> tuple[float, list[np.ndarray]]:
@@ -370,3 +370,12 @@ class BigDLKerasRunner(KerasRunner):
     worker hosts it in place (no child process)."""
 
     orca_sync = True
+
+
+def _wire(a: np.ndarray) -> np.ndarray:
+    """``a`` as an array the sync layer carries: object arrays of strings become fixed-width
+    strings (the sync layer takes no object arrays); Keras reads both alike."""
+    a = np.asarray(a)
+    if a.dtype == object:
+        return np.asarray(a.tolist(), dtype=str)
+    return a
