@@ -136,6 +136,7 @@ def test_a_spark_worker_compiles_once_for_all_its_partitions(linear_ir, xs, spar
     out = est.predict(shards, batch_size=4).transform_shard(tag).collect()
     seen = {pair for s in out for pair in s["runners"]}
     pids = {pid for pid, _ in seen}
+    assert seen, "the probe found no cached runner: nothing was checked"
     assert len(seen) == len(pids) < len(out)  # one compiled model per worker, reused across partitions
     np.testing.assert_allclose(np.concatenate([s["prediction"] for s in out]), reference(linear_model(), xs)[0],
                                atol=ATOL, rtol=0)
@@ -164,6 +165,7 @@ def test_dataframe_predicted_again_reuses_each_workers_compiled_model(linear_ir,
     est = Estimator.from_openvino(model_path=linear_ir, config=F32)
     first = est.predict(df, feature_cols=["x"]).toPandas()
     compiled = _compiled_per_worker(df)
+    assert compiled, "the probe found no cached runner: nothing was checked"
     second = est.predict(df, feature_cols=["x"], batch_size=7).toPandas()
     assert compiled <= _compiled_per_worker(df)  # the same compiled models are still there
     np.testing.assert_array_equal(np.sort(first["prediction"]), np.sort(second["prediction"]))
