@@ -26,7 +26,7 @@ import numpy as np
 
 from orca.core.engine.errors import OrcaWorkerError
 from orca.core.engine.feed import Batch, Feed
-from orca.core.engine.liveness import Liveness
+from orca.core.engine.liveness import Liveness, beat
 from orca.core.engine.loop import FitArgs, evaluate_feed, run_fit, run_predict
 from orca.core.engine.metrics import make_metrics
 from orca.core.engine.runner import Runner
@@ -158,6 +158,7 @@ def fit_on_worker(runner: Runner, feed: Feed | None, val: Feed | None, counts: S
                   args: FitArgs) -> dict[str, Any]:
     """One worker's part of ``fit``: train, then report the history, its digest and (rank 0) the state."""
     history = run_fit(runner, feed, val, counts, runner.rank, args)
+    beat("finishing", force=True)
     return {"rank": runner.rank, "history": history, "state": runner.get_state() if runner.rank == 0 else None,
             "digest": runner.weights_digest()}
 

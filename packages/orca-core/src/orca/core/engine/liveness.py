@@ -30,8 +30,9 @@ from typing import Any
 #: the shortest interval between two heartbeats of one worker
 BEAT_S = 0.25
 #: phases of a worker's start-up (process start, imports, data, rendezvous, and the first step,
-#: which builds or compiles what frameworks build lazily): bounded by the start-up timeout
-STARTING = frozenset({"starting", "started", "loaded its data", "in the first training step"})
+#: which builds or compiles what frameworks build lazily) and of its end (state, digest, a child
+#: process stopping): bounded by the start-up timeout
+STARTING = frozenset({"starting", "started", "loaded its data", "in the first training step", "finishing"})
 #: phases in which a rank waits for the others (a step's collective, the epoch's merge): such a
 #: rank is not to blame while another rank still makes progress
 WAITING = frozenset({"in a training step", "in the first training step", "merging the epoch"})
