@@ -13,6 +13,8 @@ from orca.tf import Estimator
 
 
 class TestKerasConformance(EstimatorConformance):
+    #: bigdl shares the spark launcher (it differs in the gradient transport only)
+    launcher_backends = ("ray", "spark")
     _trained = None
 
     @pytest.fixture(scope="class", params=["ray", "spark", "bigdl"])

@@ -117,6 +117,10 @@ class EstimatorConformance:
     atol: float = 1e-5
     #: a fit restarted after a lost worker ends this close to an uninterrupted one
     recovery_atol: float = 1e-6
+    #: backends that run the launcher-level tests (a slow fit, recovery after a kill); ``None``:
+    #: all. Backends that share a launcher and differ only in the gradient transport (torch and
+    #: tf ``bigdl`` vs ``spark``) may run them once, to keep CI within its time budget.
+    launcher_backends: tuple[str, ...] | None = None
 
     # ------------------------------------------------------------ hooks
     def make_estimator(self, backend: str) -> Any:
@@ -300,6 +304,8 @@ class EstimatorConformance:
         """Every step takes 0.35 x the timeout and the epoch (12 steps) over 4 x it: the fit completes."""
         if not self.supports_fit:
             pytest.skip("this Estimator is inference-only")
+        if self.launcher_backends is not None and backend not in self.launcher_backends:
+            pytest.skip("launcher-level test: runs on another backend of the same launcher")
         est = self.make_estimator(backend)
         try:
             t0 = time.monotonic()
@@ -341,6 +347,8 @@ class EstimatorConformance:
         once with a WorkerLostError and the Estimator keeps its model."""
         if not self.supports_fit:
             pytest.skip("this Estimator is inference-only")
+        if self.launcher_backends is not None and backend not in self.launcher_backends:
+            pytest.skip("launcher-level test: runs on another backend of the same launcher")
         from orca.core.engine.errors import WorkerLostError
 
         xy = {"x": data["x"][:32], "y": data["y"][:32]}
