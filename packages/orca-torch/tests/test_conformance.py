@@ -12,6 +12,7 @@ from orca.torch import Estimator
 class TestTorchConformance(EstimatorConformance):
     #: bigdl shares the spark launcher (it differs in the gradient transport only)
     launcher_backends = ("ray", "spark")
+
     @pytest.fixture(params=["bigdl", "ray", "spark"])
     def backend(self, request):
         return request.param
