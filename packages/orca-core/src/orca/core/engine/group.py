@@ -24,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-from orca.core.engine.errors import OrcaWorkerError
+from orca.core.engine.errors import OrcaWorkerError, check_workers_fit
 from orca.core.engine.feed import Batch, Feed
 from orca.core.engine.liveness import Liveness
 from orca.core.engine.loop import FitArgs, evaluate_feed, run_fit, run_predict
@@ -79,6 +79,7 @@ class WorkerGroup(abc.ABC):
     def size(cls, ctx: Any, workers_per_node: int) -> tuple[int, int]:
         """``(workers, CPUs per worker)`` this launcher runs on ``ctx`` with ``workers_per_node``:
         nodes x workers per node, and a node's CPUs shared by its workers."""
+        check_workers_fit(workers_per_node, ctx.cores)
         return max(1, ctx.num_nodes) * workers_per_node, max(1, ctx.cores // workers_per_node)
 
     @property
@@ -156,7 +157,15 @@ def error_result(exc: BaseException, rank: int | None) -> dict[str, Any]:
 
 def fit_on_worker(runner: Runner, feed: Feed | None, val: Feed | None, counts: Sequence[int],
                   args: FitArgs) -> dict[str, Any]:
-    """One worker's part of ``fit``: train, then report the history, its digest and (rank 0) the state."""
+    """One worker's part of ``fit``: train, then report the history, its digest and (rank 0) the state.
+
+    Raises:
+        ValueError: no worker has a row to train on (every rank sees the same counts, so all stop
+            here before any collective).
+    """
+    if feed is not None and not sum(counts):
+        raise ValueError("data has no rows to train on (an empty DataFrame, or XShards whose partitions are "
+                         "all empty); check the filter or query that produced it, e.g. df.count() > 0.")
     history = run_fit(runner, feed, val, counts, runner.rank, args)
     return {"rank": runner.rank, "history": history, "state": runner.get_state() if runner.rank == 0 else None,
             "digest": runner.weights_digest()}

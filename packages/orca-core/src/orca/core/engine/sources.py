@@ -125,7 +125,7 @@ class ShardsSource(DataSource):
 
         result, start = [], 0
         for shard in self.obj.collect():
-            n = part_rows(shard_to_part(shard, self.feature_cols, None))
+            n = part_rows(shard_to_part(shard, self.feature_cols, None, finite=False))
             result.append(add_predictions(shard, [o[start:start + n] for o in outs], output_cols))
             start += n
         return XShards.from_list(result, backend=self.result_backend)
