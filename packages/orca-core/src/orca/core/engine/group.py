@@ -225,6 +225,9 @@ def concat_outputs(outs: Iterable[list[np.ndarray] | None]) -> list[np.ndarray]:
 def fit_result(results: Sequence[dict[str, Any]], num_workers: int) -> FitResult:
     """The :class:`FitResult` of every rank's :func:`fit_on_worker` result (errors raised first)."""
     raise_worker_errors(results, "fit")
+    if not results:  # a barrier stage over no partition at all: the data had none
+        raise ValueError("data has no rows to train on (no partition of it reached a worker: an empty "
+                         "DataFrame?); check the filter or query that produced it, e.g. df.count() > 0.")
     by_rank = sorted(results, key=lambda r: r["rank"])
     if len(by_rank) != num_workers or by_rank[0]["rank"] != 0:
         raise OrcaWorkerError(f"fit came back from {len(by_rank)} of {num_workers} workers "
