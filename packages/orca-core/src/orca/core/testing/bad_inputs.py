@@ -335,14 +335,35 @@ def _with_workers(est: Any, n: int, call: Callable[[], Any]) -> Any:
         est.workers_per_node = before
 
 
-def markdown_table(cases: list[BadInput] | None = None, messages: dict[str, str] | None = None) -> str:
-    """The docs table: one row per case (mistake, where it is caught, exception, message)."""
-    rows = ["| case | mistake | caught | raises | message |", "|---|---|---|---|---|"]
+def markdown_table(cases: list[BadInput] | None = None) -> str:
+    """The docs table (``docs/bad-inputs.md``): one row per case with where it is caught, the
+    exception, and what its message must say (the argument or value, and the fix)."""
+    rows = ["| case | mistake | caught | raises | message names | message's fix |", "|---|---|---|---|---|---|"]
     for c in cases or BAD_INPUTS:
-        msg = (messages or {}).get(c.name, "").replace("|", "\\|").replace("\n", " ")
-        caught = "driver" if c.where == "driver" else "worker (names the rank)"
-        rows.append(f"| `{c.name}` | {c.mistake} | {caught} | `{c.raises.__name__}` | {msg} |")
+        caught = {"driver": "driver", "worker": "worker (names the rank)",
+                  "either": "driver, or a worker (names the rank)"}[c.where]
+        names = ", ".join(f"`{_cell(n)}`" for n in c.names)
+        rows.append(f"| `{c.name}` | {c.mistake} | {caught} | `{c.raises.__name__}` | {names} | `{_cell(c.fix)}` |")
     return "\n".join(rows) + "\n"
+
+
+def _cell(pattern: str) -> str:
+    """A regular expression as readable table text."""
+    text = pattern.replace(r"\d+", "N").replace(r"\b", "")
+    return re.sub(r"\\(.)", r"\1", text).replace("|", " or ")
+
+
+DOC_HEADER = """# Bad input: what each mistake gives
+
+Every framework package runs this matrix against its own Estimator
+(`orca.core.testing.bad_inputs.BadInputConformance`, mixed into its conformance test class).
+Each case asserts the exception type, that the message names the argument (or value) and the
+fix below, that it is raised on the driver before any worker starts (or, where only a worker
+can see the mistake, names the rank), within seconds, and that no Ray actor, running Spark job
+or listening port is left behind. This page is generated from the suite
+(`orca.core.testing.bad_inputs.markdown_table`); a test fails when the two differ.
+
+"""
 
 
 # --------------------------------------------------------------------------- the mixin
