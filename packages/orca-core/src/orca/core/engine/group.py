@@ -192,7 +192,8 @@ def describe_worker(result: dict[str, Any]) -> str:
 
 
 #: how a rank's error reads when it only saw a peer fail (orca.core.sync, gloo)
-_CONSEQUENCES = ("PeerLostError", "SyncTimeoutError", "Connection closed by peer", "Connection reset by peer")
+_CONSEQUENCES = ("PeerLostError", "SyncTimeoutError", "Connection closed by peer", "Connection reset by peer",
+                 "UnavailableError")  # TF: a collective whose peer is gone
 
 
 def is_consequence(error: str) -> bool:

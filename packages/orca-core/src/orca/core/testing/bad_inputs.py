@@ -191,6 +191,8 @@ def _truncated_checkpoint(est: Any, inp: Inputs) -> str:
 FIT = ("supports_fit",)
 DF_FIX = r"Fix feature_cols/label_cols"
 POSITIVE = r"must be a positive int"
+#: epochs: a positive int, or (Keras, which counts on from initial_epoch) an int above initial_epoch
+EPOCHS = r"must be (a positive int|an int greater than initial_epoch)"
 FINITE_FIX = r"Drop or fill them"
 
 BAD_INPUTS: list[BadInput] = [
@@ -276,20 +278,20 @@ BAD_INPUTS: list[BadInput] = [
              lambda est, i: _fit(est, i.xy, batch_size=1), ValueError, (r"batch_size=1", r"2 workers"),
              r"use batch_size >= number of workers", needs=FIT),
     BadInput("epochs_zero", "epochs=0", lambda est, i: _fit(est, i.xy, epochs=0), ValueError,
-             (r"epochs", r"got 0"), POSITIVE, needs=FIT),
+             (r"epochs", r"got 0"), EPOCHS, needs=FIT),
     BadInput("epochs_negative", "epochs=-1", lambda est, i: _fit(est, i.xy, epochs=-1), ValueError,
-             (r"epochs", r"got -1"), POSITIVE, needs=FIT),
+             (r"epochs", r"got -1"), EPOCHS, needs=FIT),
     BadInput("epochs_float", "epochs=1.5", lambda est, i: _fit(est, i.xy, epochs=1.5), ValueError,
-             (r"epochs", r"got 1\.5"), POSITIVE, needs=FIT),
-    BadInput("max_steps_zero", "max_steps=0", lambda est, i: _fit(est, i.xy, max_steps=0), ValueError,
-             (r"max_steps", r"got 0"), POSITIVE, needs=FIT),
+             (r"epochs", r"got 1\.5"), EPOCHS, needs=FIT),
+    BadInput("batch_size_float", "batch_size=8.0", lambda est, i: est.predict(i.x, batch_size=8.0), ValueError,
+             (r"batch_size", r"got 8\.0"), POSITIVE),
     BadInput("validation_freq_zero", "validation_freq=0", lambda est, i: _fit(est, i.xy, validation_freq=0),
              ValueError, (r"validation_freq", r"got 0"), POSITIVE, needs=FIT),
     BadInput("max_failures_negative", "max_failures=-1", lambda est, i: _fit(est, i.xy, max_failures=-1),
              ValueError, (r"max_failures", r"got -1"), r"must be a non-negative int", needs=FIT),
     BadInput("callback_of_wrong_kind", "a callback that is not an orca Callback",
              lambda est, i: _fit(est, i.xy, callbacks=[print]), TypeError, (r"callbacks", r"built-in function"),
-             r"subclass orca\.core\.engine\.callbacks\.Callback", needs=FIT),
+             r"subclass orca\.core\.engine\.callbacks\.Callback|neither a Keras callback nor an orca Callback", needs=FIT),
     BadInput("workers_per_node_above_cores", "more workers per node than the node has CPUs",
              lambda est, i: _with_workers(est, 64, lambda: est.predict(i.x)), ValueError,
              (r"workers_per_node=64",), r"workers_per_node <= \d+"),
