@@ -244,7 +244,7 @@ BAD_INPUTS: list[BadInput] = [
              TypeError, (r"feature #0", r"dtype object"), r"encode it as numbers", needs=FIT),
     BadInput("predict_object_dtype", "predict ragged rows (an object array)",
              lambda est, i: est.predict(np.array([[1.0, 2.0], [3.0]] * 4, dtype=object)), TypeError,
-             (r"feature #0", r"dtype object"), r"encode it as numbers"),
+             (r"feature #0|input 'x'", r"dtype object|array of object"), r"encode it as numbers|convert it first"),
     BadInput("nan_in_features", "NaN in the features", lambda est, i: _fit(est, (_with_nan(i.x), i.y)),
              ValueError, (r"feature array #0", r"NaN/Inf", r"row 1\b"), FINITE_FIX, needs=FIT),
     BadInput("inf_in_labels", "Inf in the labels", lambda est, i: _fit(est, (i.x, _with_nan(i.y, np.inf))),
