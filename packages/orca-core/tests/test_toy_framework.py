@@ -25,6 +25,7 @@ from orca.core.plugin import (
     pack,
     unpack,
 )
+from orca.core.testing.bad_inputs import BadInputConformance
 from orca.core.testing.conformance import NUM_FEATURES, EstimatorConformance
 
 # ---------------------------------------------------------------- the framework (what a plug-in writes)
@@ -108,8 +109,9 @@ class NumpyEstimator(BaseEstimator):
 cloudpickle.register_pickle_by_value(sys.modules[__name__])  # the workers cannot import a test module
 
 
-class TestNumpyToyConformance(EstimatorConformance):
+class TestNumpyToyConformance(EstimatorConformance, BadInputConformance):
     atol = 1e-5
+    overflowing_feature = (np.float64, 1e200)  # the toy model computes in float64
 
     @pytest.fixture(params=["ray", "spark"])
     def backend(self, request: Any) -> str:

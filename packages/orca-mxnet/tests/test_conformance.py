@@ -3,6 +3,7 @@
 import pytest
 from conftest import linear_creator, plain_predict
 
+from orca.core.testing.bad_inputs import BadInputConformance
 from orca.core.testing.conformance import EstimatorConformance
 from orca.mxnet import Estimator, create_config
 
@@ -24,7 +25,7 @@ class MSE:
         return Squared()
 
 
-class TestMXNetConformance(EstimatorConformance):
+class TestMXNetConformance(EstimatorConformance, BadInputConformance):
     @pytest.fixture(params=["ray", "spark"])
     def backend(self, request):
         return request.param

@@ -2,11 +2,12 @@
 
 from conftest import F32, linear_model, reference
 
+from orca.core.testing.bad_inputs import BadInputConformance
 from orca.core.testing.conformance import EstimatorConformance
 from orca.openvino import Estimator
 
 
-class TestOpenVINOConformance(EstimatorConformance):
+class TestOpenVINOConformance(EstimatorConformance, BadInputConformance):
     supports_fit = False
     supports_save = False  # IR is an .xml + .bin pair; save/load has its own test
 

@@ -8,11 +8,13 @@ import numpy as np
 import pytest
 from conftest import linear_creator
 
+from orca.core.testing.bad_inputs import BadInputConformance
 from orca.core.testing.conformance import EstimatorConformance
 from orca.tf import Estimator
 
 
-class TestKerasConformance(EstimatorConformance):
+class TestKerasConformance(EstimatorConformance, BadInputConformance):
+    refuses_string_features = False  # Keras models may take text (a TextVectorization layer)
     #: bigdl shares the spark launcher (it differs in the gradient transport only)
     launcher_backends = ("ray", "spark")
     _trained = None

@@ -5,11 +5,12 @@ import torch
 from conftest import LinearNet, predict_plain, sgd
 from torch import nn
 
+from orca.core.testing.bad_inputs import BadInputConformance
 from orca.core.testing.conformance import EstimatorConformance
 from orca.torch import Estimator
 
 
-class TestTorchConformance(EstimatorConformance):
+class TestTorchConformance(EstimatorConformance, BadInputConformance):
     #: bigdl shares the spark launcher (it differs in the gradient transport only)
     launcher_backends = ("ray", "spark")
 

@@ -60,10 +60,10 @@ def _local_parts(data: Any, arg: str) -> list[Part]:
     if isinstance(data, np.ndarray):
         return [{"x": [data], "y": []}]
     if isinstance(data, tuple) and len(data) == 2:
-        part = shard_to_part({"x": data[0], "y": data[1]}, None, None)
+        part = shard_to_part({"x": data[0], "y": data[1]}, None, None, arg)
         return [part]
     if isinstance(data, dict):
-        return [shard_to_part(data, None, None)]
+        return [shard_to_part(data, None, None, arg)]
     raise TypeError(f"{arg}: unsupported in-process data {type(data).__name__}")
 
 
@@ -71,7 +71,7 @@ def _shard_verdict(shard: Any, fcols: list[str] | None, lcols: list[str] | None,
                    arg: str) -> tuple[str, str] | None:
     """None when the shard can feed a model, else (exception type name, message)."""
     try:
-        part = shard_to_part(shard, fcols, lcols)
+        part = shard_to_part(shard, fcols, lcols, arg)
         check_part(part, need_labels, arg)
     except KeyError as exc:
         return "ValueError", f"{arg}: {exc.args[0]}"
@@ -187,7 +187,8 @@ def get_data_source(
         try:
             verdict = data._first_map(lambda shard: _shard_verdict(shard, fcols, labels, need_labels, arg))
         except IndexError:
-            raise ValueError(f"{arg} is an empty XShards (no shards).") from None
+            raise ValueError(f"{arg} is an empty XShards (no shards); pass one with at least one shard of "
+                             "rows.") from None
         if verdict is not None:
             kind, message = verdict
             raise {"TypeError": TypeError}.get(kind, ValueError)(message)
@@ -202,7 +203,8 @@ def get_data_source(
         check_part(parts[0], need_labels, arg)
         rows = len(parts[0]["x"][0]) if parts[0]["x"] else 0
         if rows == 0:
-            raise ValueError(f"{arg} is empty (0 rows).")
+            raise ValueError(f"{arg} is empty (0 rows); pass at least one row (check the slice or filter "
+                             "that made it).")
         return ArraySource(parts, num_rows=rows)
     if callable(data):
         if not allow_creator:

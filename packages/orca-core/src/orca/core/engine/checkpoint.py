@@ -19,6 +19,8 @@ from orca.core.codec import CodecError, decode, encode
 MAGIC = b"ORCA-CKPT\x01"
 #: the first bytes of a pickle (protocol 2 and later)
 _PICKLE = b"\x80"
+#: what every "this is no checkpoint" error tells the user to do
+_READ_FIX = "pass a file written by save_checkpoint() or ModelCheckpoint"
 
 
 def write_checkpoint(path: str, epoch: int, state: Any) -> None:
@@ -30,6 +32,7 @@ def write_checkpoint(path: str, epoch: int, state: Any) -> None:
     Raises:
         orca.core.codec.CodecError: ``state`` holds a value that is not plain data or an array
             (the message names its type).
+        OSError: ``path`` cannot be written (of the same type, naming the path).
     """
     import fsspec
 
@@ -40,9 +43,14 @@ def write_checkpoint(path: str, epoch: int, state: Any) -> None:
         with fs.open(tmp, "wb") as fh:
             fh.write(blob)
         fs.mv(tmp, target)
-    except BaseException:
+    except BaseException as exc:
         if fs.exists(tmp):
             fs.rm(tmp)
+        if isinstance(exc, OSError) and not exc.filename:
+            raise
+        if isinstance(exc, OSError):
+            raise type(exc)(exc.errno, f"cannot write the checkpoint {path!r} ({exc.strerror or exc}); pass a path "
+                            "in a writable directory") from exc
         raise
 
 
@@ -57,19 +65,23 @@ def read_checkpoint(path: str, allow_pickle: bool = False) -> tuple[int, Any]:
 
     Raises:
         ValueError: the file is a pickle and ``allow_pickle`` is False (the message names the
-            flag), or it is not a checkpoint at all.
+            flag), or it is not a checkpoint at all (or a damaged one).
+        FileNotFoundError: there is no file at ``path``.
     """
     import fsspec
 
-    with fsspec.open(path, "rb") as fh:
-        data = fh.read()
+    try:
+        with fsspec.open(path, "rb") as fh:
+            data = fh.read()
+    except FileNotFoundError:
+        raise FileNotFoundError(f"no checkpoint at {path!r}; {_READ_FIX} (see latest_checkpoint(directory)).") from None
     if data.startswith(MAGIC):
         try:
             ckpt = decode(memoryview(data)[len(MAGIC):])
         except CodecError as exc:
-            raise ValueError(f"{path!r} is a damaged Orca checkpoint ({exc}).") from None
+            raise ValueError(f"{path!r} is a damaged Orca checkpoint ({exc}): it was cut short or changed; {_READ_FIX}, e.g. an earlier one.") from None
         if not (isinstance(ckpt, dict) and "state" in ckpt):
-            raise ValueError(f"{path!r} is an Orca checkpoint file without a state.")
+            raise ValueError(f"{path!r} is an Orca checkpoint file without a state; {_READ_FIX}.")
         return int(ckpt.get("epoch") or 0), ckpt["state"]
     if data.startswith(_PICKLE):
         if not allow_pickle:
@@ -80,4 +92,4 @@ def read_checkpoint(path: str, allow_pickle: bool = False) -> tuple[int, Any]:
 
         ckpt = cloudpickle.loads(data)  # noqa: S301 - the caller vouched for this file (allow_pickle=True)
         return int(ckpt.get("epoch", 0)), ckpt["state"]
-    raise ValueError(f"{path!r} is not an Orca checkpoint (it starts with {data[:12]!r}).")
+    raise ValueError(f"{path!r} is not an Orca checkpoint (it starts with {data[:12]!r}); {_READ_FIX} (a framework's own model file loads with load()).")

@@ -63,11 +63,19 @@ def arrow_column_to_numpy(col: pa.Array | pa.ChunkedArray, name: str) -> np.ndar
 def table_to_part(
     table: pa.Table | pa.RecordBatch, feature_cols: Sequence[str], label_cols: Sequence[str]
 ) -> Part:
-    """Convert Arrow data with the named columns into a part."""
-    return {
+    """Convert Arrow data with the named columns into a part.
+
+    Raises:
+        ValueError: see :func:`arrow_column_to_numpy`; and, for training or evaluation data (with
+            ``label_cols``), NaN or Inf in a named column (see :func:`check_finite`).
+    """
+    part = {
         "x": [arrow_column_to_numpy(table.column(c), c) for c in feature_cols],
         "y": [arrow_column_to_numpy(table.column(c), c) for c in label_cols],
     }
+    if label_cols:
+        check_finite(part, "data", list(feature_cols), list(label_cols))
+    return part
 
 
 def _as_list(value: Any) -> list[np.ndarray]:
@@ -84,13 +92,18 @@ def _frame_column(frame: pd.DataFrame, name: str) -> np.ndarray:
 
 
 def shard_to_part(
-    shard: Any, feature_cols: Sequence[str] | None, label_cols: Sequence[str] | None
+    shard: Any, feature_cols: Sequence[str] | None, label_cols: Sequence[str] | None, where: str = "data",
+    finite: bool = True
 ) -> Part:
     """Convert one XShards shard (a ``{"x", "y"}`` dict or a pandas DataFrame) into a part.
+
+    A shard with labels (training or evaluation data) must hold only finite numbers (unless
+    ``finite`` is False: the shard is only counted or predicted). ``where`` names the data in errors.
 
     Raises:
         KeyError: a named column or the ``"x"`` key is missing.
         TypeError: a shard of an unsupported type.
+        ValueError: NaN or Inf in a shard with labels.
     """
     if isinstance(shard, pd.DataFrame):
         if not feature_cols:
@@ -98,14 +111,20 @@ def shard_to_part(
         missing = [c for c in list(feature_cols) + list(label_cols or []) if c not in shard.columns]
         if missing:
             raise KeyError(f"columns {missing} not found in the shard; it has {list(shard.columns)}.")
-        return {
+        part = {
             "x": [_frame_column(shard, c) for c in feature_cols],
             "y": [_frame_column(shard, c) for c in (label_cols or [])],
         }
+        if label_cols and finite:
+            check_finite(part, where, list(feature_cols), list(label_cols))
+        return part
     if isinstance(shard, dict):
         if "x" not in shard:
             raise KeyError(f"an XShards shard must hold an 'x' key (and 'y' to train); it has {list(shard)}.")
-        return {"x": _as_list(shard["x"]), "y": _as_list(shard["y"]) if "y" in shard else []}
+        part = {"x": _as_list(shard["x"]), "y": _as_list(shard["y"]) if "y" in shard else []}
+        if part["y"] and finite:
+            check_finite(part, where)
+        return part
     raise TypeError(
         f"XShards shards must be dicts {{'x': ..., 'y': ...}} or pandas DataFrames, not {type(shard).__name__}."
     )
@@ -117,18 +136,49 @@ def part_rows(part: Part) -> int:
     return len(arrays[0]) if arrays else 0
 
 
-def check_part(part: Part, need_labels: bool, where: str) -> None:
-    """Validate a part: same row counts, numeric dtypes, labels present when training.
+def _array_name(kind: str, i: int, names: Sequence[str] | None) -> str:
+    what = "feature" if kind == "x" else "label"
+    if names is not None and i < len(names):
+        return f"{what} column {names[i]!r}"
+    return f"{what} array #{i} ('{kind}')"
+
+
+def check_finite(part: Part, where: str, feature_names: Sequence[str] | None = None,
+                 label_names: Sequence[str] | None = None) -> None:
+    """Refuse NaN and Inf in the float arrays of a part (training and evaluation data).
+
+    One pass over each float array; integer and boolean arrays cannot hold them.
 
     Raises:
-        ValueError: rows differ between inputs and targets, or labels are missing.
+        ValueError: naming the column (or array), how many values and the first row.
+    """
+    for kind, names in (("x", feature_names), ("y", label_names)):
+        for i, a in enumerate(part[kind]):
+            if a.dtype.kind not in "fc" or np.isfinite(a).all():
+                continue
+            bad = ~np.isfinite(a)
+            first = int(np.argwhere(bad.reshape(len(a), -1).any(axis=1))[0][0])
+            raise ValueError(
+                f"{where}: {_array_name(kind, i, names)} holds {int(bad.sum())} NaN/Inf value(s) (the first in "
+                f"row {first}); a model cannot train or be scored on them. Drop or fill them first "
+                "(df.na.drop / df.na.fill, or np.nan_to_num / a mask for arrays)."
+            )
+
+
+def check_part(part: Part, need_labels: bool, where: str) -> None:
+    """Validate a part: same row counts, numeric dtypes, labels present when training, and (when
+    training or evaluating) only finite values.
+
+    Raises:
+        ValueError: rows differ between inputs and targets, labels are missing, or NaN/Inf.
         TypeError: a non-numeric input or target.
     """
     if need_labels and not part["y"]:
         raise ValueError(f"{where}: no labels; give label_cols (DataFrame/pandas) or a 'y' key (dict shards).")
     lengths = {len(a) for a in part["x"] + part["y"]}
     if len(lengths) > 1:
-        raise ValueError(f"{where}: inputs and targets have different numbers of rows {sorted(lengths)}.")
+        raise ValueError(f"{where}: inputs and targets have different numbers of rows {sorted(lengths)}; pass "
+                         "features and labels with one row per sample (the same length).")
     for kind in ("x", "y"):
         for i, a in enumerate(part[kind]):
             if a.dtype.kind not in "biuf":
@@ -137,3 +187,5 @@ def check_part(part: Part, need_labels: bool, where: str) -> None:
                     f"{where}: {what} #{i} has dtype {a.dtype}, which is not numeric; encode it as numbers "
                     "first (e.g. StringIndexer for a string column)."
                 )
+    if need_labels:
+        check_finite(part, where)

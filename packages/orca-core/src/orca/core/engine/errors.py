@@ -34,3 +34,14 @@ def check_positive_int(name: str, value: object) -> None:
     """
     if not isinstance(value, int) or value < 1:
         raise ValueError(f"{name} must be a positive int, got {value!r}.")
+
+
+def check_workers_fit(workers_per_node: int, cpus: int) -> None:
+    """Raise a ValueError unless ``workers_per_node`` workers fit a node of ``cpus`` CPUs.
+
+    Every worker holds at least one CPU (a Ray actor's reservation, a Spark barrier task's slot):
+    more workers than CPUs would wait for CPUs that never come free.
+    """
+    if workers_per_node > cpus:
+        raise ValueError(f"workers_per_node={workers_per_node} is more than the {cpus} CPU(s) of a node; every "
+                         f"worker needs one: use workers_per_node <= {cpus} (or give the context more cores).")

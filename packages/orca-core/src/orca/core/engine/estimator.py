@@ -189,7 +189,8 @@ class BaseEstimator:
                                  "DataFrames or convert one (XShards.from_spark_df / xshards.to_spark_df()).")
         for cb in callbacks or []:
             if not isinstance(cb, Callback):
-                raise TypeError(f"callbacks: {cb!r} is not an orca Callback.")
+                raise TypeError(f"callbacks: {cb!r} is not an orca Callback; subclass "
+                                "orca.core.engine.callbacks.Callback.")
         args = FitArgs(epochs=epochs, batch_size=batch_size, shuffle=shuffle, seed=int(self.spec.get("seed") or 0),
                        max_steps=max_steps, metrics=self.metrics, start_epoch=self._epoch,
                        callbacks=list(callbacks or []), validation_freq=validation_freq,

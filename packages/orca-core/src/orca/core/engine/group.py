@@ -24,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-from orca.core.engine.errors import OrcaWorkerError
+from orca.core.engine.errors import OrcaWorkerError, check_workers_fit
 from orca.core.engine.feed import Batch, Feed
 from orca.core.engine.liveness import Liveness, beat
 from orca.core.engine.loop import FitArgs, evaluate_feed, run_fit, run_predict
@@ -79,6 +79,7 @@ class WorkerGroup(abc.ABC):
     def size(cls, ctx: Any, workers_per_node: int) -> tuple[int, int]:
         """``(workers, CPUs per worker)`` this launcher runs on ``ctx`` with ``workers_per_node``:
         nodes x workers per node, and a node's CPUs shared by its workers."""
+        check_workers_fit(workers_per_node, ctx.cores)
         return max(1, ctx.num_nodes) * workers_per_node, max(1, ctx.cores // workers_per_node)
 
     @property
@@ -156,7 +157,15 @@ def error_result(exc: BaseException, rank: int | None) -> dict[str, Any]:
 
 def fit_on_worker(runner: Runner, feed: Feed | None, val: Feed | None, counts: Sequence[int],
                   args: FitArgs) -> dict[str, Any]:
-    """One worker's part of ``fit``: train, then report the history, its digest and (rank 0) the state."""
+    """One worker's part of ``fit``: train, then report the history, its digest and (rank 0) the state.
+
+    Raises:
+        ValueError: no worker has a row to train on (every rank sees the same counts, so all stop
+            here before any collective).
+    """
+    if feed is not None and not sum(counts):
+        raise ValueError("data has no rows to train on (an empty DataFrame, or XShards whose partitions are "
+                         "all empty); check the filter or query that produced it, e.g. df.count() > 0.")
     history = run_fit(runner, feed, val, counts, runner.rank, args)
     beat("finishing", force=True)
     return {"rank": runner.rank, "history": history, "state": runner.get_state() if runner.rank == 0 else None,
@@ -185,7 +194,7 @@ def describe_worker(result: dict[str, Any]) -> str:
 
 #: how a rank's error reads when it only saw a peer fail (orca.core.sync, gloo)
 _CONSEQUENCES = ("PeerLostError", "SyncTimeoutError", "Connection closed by peer", "Connection reset by peer",
-                 "Collective ops is aborted", "tasks are unhealthy")  # (the last two: TF's collectives)
+                 "Collective ops is aborted", "tasks are unhealthy", "UnavailableError")  # (the last three: TF's)
 
 
 def is_consequence(error: str) -> bool:
@@ -218,6 +227,9 @@ def concat_outputs(outs: Iterable[list[np.ndarray] | None]) -> list[np.ndarray]:
 def fit_result(results: Sequence[dict[str, Any]], num_workers: int) -> FitResult:
     """The :class:`FitResult` of every rank's :func:`fit_on_worker` result (errors raised first)."""
     raise_worker_errors(results, "fit")
+    if not results:  # a barrier stage over no partition at all: the data had none
+        raise ValueError("data has no rows to train on (no partition of it reached a worker: an empty "
+                         "DataFrame?); check the filter or query that produced it, e.g. df.count() > 0.")
     by_rank = sorted(results, key=lambda r: r["rank"])
     if len(by_rank) != num_workers or by_rank[0]["rank"] != 0:
         raise OrcaWorkerError(f"fit came back from {len(by_rank)} of {num_workers} workers "

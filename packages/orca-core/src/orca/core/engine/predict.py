@@ -225,7 +225,7 @@ def predict_spark_shards(runner_cls: Any, spec: dict[str, Any], state: Any, shar
     def task(items: Iterator[Any]) -> Iterator[Any]:
         runner = cached_runner(bc)
         for shard in items:
-            part = shard_to_part(shard, feature_cols, None)
+            part = shard_to_part(shard, feature_cols, None, finite=False)
             outs = run_predict(runner, Feed(part["x"]), batch_size)
             yield add_predictions(shard, outs, output_cols)
 

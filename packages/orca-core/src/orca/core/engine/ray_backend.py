@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 
 from orca.core._net import find_free_ports
-from orca.core.engine.errors import OrcaWorkerError, WorkerLostError
+from orca.core.engine.errors import OrcaWorkerError, WorkerLostError, check_workers_fit
 from orca.core.engine.feed import Feed, Slice, cut_part
 from orca.core.engine.group import (
     FitResult,
@@ -283,6 +283,7 @@ class RayWorkerGroup(WorkerGroup):
         runtime = ctx.ray_runtime()
         # the nodes with CPUs: a Ray-on-Spark head on the driver has none and runs no worker
         cpus = [c for _, c in runtime.worker_nodes] or [ctx.cores]
+        check_workers_fit(workers_per_node, min(cpus))
         return len(cpus) * workers_per_node, max(1, min(cpus) // workers_per_node)
 
     @property

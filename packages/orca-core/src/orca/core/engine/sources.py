@@ -100,7 +100,8 @@ class DataFrameSource(DataSource):
             for blob, n in put(iter(parts)):
                 yield pa.RecordBatch.from_pydict({"ref": [blob], "rows": [n]})
 
-        rows = self.spark_frame(need_labels).mapInArrow(put_arrow, "ref binary, rows long").collect()
+        with _spark_errors("reading the data into Ray"):
+            rows = self.spark_frame(need_labels).mapInArrow(put_arrow, "ref binary, rows long").collect()
         return _loaded([(r["ref"], int(r["rows"])) for r in rows])
 
     def predict_on_executors(self, runner_cls: Any, spec: dict[str, Any], state: Any, batch_size: int,
@@ -125,7 +126,7 @@ class ShardsSource(DataSource):
 
         result, start = [], 0
         for shard in self.obj.collect():
-            n = part_rows(shard_to_part(shard, self.feature_cols, None))
+            n = part_rows(shard_to_part(shard, self.feature_cols, None, finite=False))
             result.append(add_predictions(shard, [o[start:start + n] for o in outs], output_cols))
             start += n
         return XShards.from_list(result, backend=self.result_backend)
@@ -146,7 +147,9 @@ class SparkShardsSource(ShardsSource):
         fcols, lcols = self.feature_cols, self.label_cols if need_labels else None
         put = _ray_putter()
         rdd = self.obj.rdd.map(lambda shard: shard_to_part(shard, fcols, lcols))
-        return _loaded(rdd.mapPartitions(put).collect())
+        with _spark_errors("reading the data into Ray"):
+            blobs = rdd.mapPartitions(put).collect()
+        return _loaded(blobs)
 
     def predict_on_executors(self, runner_cls: Any, spec: dict[str, Any], state: Any, batch_size: int,
                              output_cols: Sequence[str] | None, threads: int) -> Any:
@@ -255,6 +258,13 @@ class RayDatasetSource(DataSource):
         remote = ray.remote(num_returns=2, num_cpus=0)(conv)
         pairs = [remote.remote(t) for t in self.obj.to_arrow_refs()]
         return list(zip([p[0] for p in pairs], ray.get([p[1] for p in pairs]), strict=True))
+
+
+def _spark_errors(what: str) -> Any:
+    """A failed Spark job as one OrcaWorkerError naming the Python exception (see spark_backend)."""
+    from orca.core.engine.spark_backend import spark_errors
+
+    return spark_errors(what)
 
 
 def _ray_putter() -> Any:

@@ -13,6 +13,7 @@ import contextlib
 import hashlib
 import json
 import logging
+import re
 import threading
 import uuid
 from collections.abc import Callable, Iterator
@@ -94,6 +95,18 @@ def _barrier_work(ctx: Any, rank: int, job: dict[str, Any], train_parts: list[Pa
 
 
 @contextlib.contextmanager
+def _rank_noted() -> Iterator[None]:
+    """In a barrier task: an exception raised here says which rank raised it (a note the driver reads)."""
+    try:
+        yield
+    except Exception as exc:
+        from pyspark import BarrierTaskContext
+
+        exc.add_note(f"(raised by the barrier task of rank {BarrierTaskContext.get().partitionId()})")
+        raise
+
+
+@contextlib.contextmanager
 def spark_errors(what: str) -> Iterator[None]:
     """Turn a failed Spark job into one OrcaWorkerError carrying the Python worker's traceback."""
     try:
@@ -138,8 +151,21 @@ def _spark_error(exc: Exception, what: str) -> OrcaWorkerError:
             reason = next((ln.strip() for ln in text.splitlines() if lost in ln), lost)
             return WorkerLostError(f"an Orca worker (a Spark task's Python process) was lost during {what}: "
                                    f"{reason[:500]}", worker_traceback=tb)
-    last = [ln for ln in tb.splitlines() if ln.strip()][-1:] or [type(exc).__name__]
-    return OrcaWorkerError(f"a Spark task failed during {what}: {last[0].strip()}", worker_traceback=tb)
+    # the Python exception's own line, not the JVM frames Spark appends after it
+    lines = [ln.strip() for ln in tb.splitlines() if ln.strip()]
+    last = [ln for ln in lines if _EXC_LINE.match(ln)][-1:] or lines[-1:] or [type(exc).__name__]
+    task = _RANK_NOTE.search(tb)
+    if task is not None:
+        rank = int(task.group(1))
+        return OrcaWorkerError(f"Orca worker {rank} (Spark task {rank}) failed during {what}: {last[0]}", rank=rank,
+                               worker_traceback=tb)
+    return OrcaWorkerError(f"a Spark task failed during {what}: {last[0]}", worker_traceback=tb)
+
+
+#: a Python exception line of a traceback ("ValueError: ...")
+_EXC_LINE = re.compile(r"^[A-Za-z_][\w.]*(Error|Exception|Interrupt|Exit)\b:?")
+#: the note of :func:`_rank_noted`
+_RANK_NOTE = re.compile(r"\(raised by the barrier task of rank (\d+)\)")
 
 
 def _cancel(sc: Any, tag: str, thread: threading.Thread) -> None:
@@ -260,16 +286,17 @@ class SparkWorkerGroup(WorkerGroup):
             nonempty = [b for b in batches if b.num_rows]
             train: list[Part] = []
             val: list[Part] = []
-            if nonempty:
-                table = pa.Table.from_batches(nonempty)
-                if not has_val:  # nothing to split: no filter, no copy of the rows
-                    train.append(table_to_part(table, fcols, lcols))
-                else:
-                    tags = table.column(TAG).to_numpy()
-                    for flag, bucket in ((0, train), (1, val)):
-                        sub = table.filter(pa.array(tags == flag))
-                        if sub.num_rows:
-                            bucket.append(table_to_part(sub, fcols, lcols))
+            with _rank_noted():  # a column the model cannot take fails here, before the rendezvous
+                if nonempty:
+                    table = pa.Table.from_batches(nonempty)
+                    if not has_val:  # nothing to split: no filter, no copy of the rows
+                        train.append(table_to_part(table, fcols, lcols))
+                    else:
+                        tags = table.column(TAG).to_numpy()
+                        for flag, bucket in ((0, train), (1, val)):
+                            sub = table.filter(pa.array(tags == flag))
+                            if sub.num_rows:
+                                bucket.append(table_to_part(sub, fcols, lcols))
             out = _barrier_worker(job, train, val)
             yield pa.RecordBatch.from_pydict({"payload": [out]})
 

@@ -121,6 +121,9 @@ class EstimatorConformance:
     #: all. Backends that share a launcher and differ only in the gradient transport (torch and
     #: tf ``bigdl`` vs ``spark``) may run them once, to keep CI within its time budget.
     launcher_backends: tuple[str, ...] | None = None
+    #: ``(dtype, value)``: a finite feature whose squared error overflows the model's arithmetic
+    #: (float32 frameworks: 3e38; a model computing in float64 needs a float64 1e200)
+    overflowing_feature: tuple[Any, float] = (np.float32, 3e38)
 
     # ------------------------------------------------------------ hooks
     def make_estimator(self, backend: str) -> Any:
@@ -375,12 +378,15 @@ class EstimatorConformance:
 
     @pytest.mark.timeout(300)
     def test_a_non_finite_loss_stops_the_fit_naming_epoch_and_step(self, backend: str, data: dict[str, Any]) -> None:
-        """A NaN in the row rank 1 trains on at step 3 of epoch 1 (rows are not shuffled): the fit
-        fails with an error naming rank 1, epoch 1 and step 3, and the Estimator keeps its model."""
+        """A feature so large that the loss overflows, in the row rank 1 trains on at step 3 of epoch 1
+        (rows are not shuffled): the fit fails with an error naming rank 1, epoch 1 and step 3, and the
+        Estimator keeps its model. (A NaN in the data would be refused on the driver before training:
+        the value is finite, only the loss is not.)"""
         if not self.supports_fit:
             pytest.skip("this Estimator is inference-only")
-        x, y = data["x"][:32].copy(), data["y"][:32]
-        x[16 + 2 * 4, 0] = np.nan  # rank 1 holds rows 16-31 and takes 4 of them per step
+        dtype, huge = self.overflowing_feature
+        x, y = data["x"][:32].astype(dtype), data["y"][:32]
+        x[16 + 2 * 4, 0] = huge  # rank 1 holds rows 16-31 and takes 4 of them per step
         est = self.make_estimator(backend)
         try:
             before = np.asarray(est.predict(data["x"][:16], batch_size=8)).reshape(-1)

@@ -1,0 +1,493 @@
+"""The bad-input matrix every framework package runs against its own Estimator.
+
+Each :class:`BadInput` is one common mistake (a misspelled column, NaN in the features, ``epochs=0``,
+a damaged checkpoint...) and what must come of it: the exception type, a message that names the
+argument (and the offending value) and says how to fix it, raised on the driver before any worker
+starts, or, where only a worker can see the mistake (a null or NaN deep in a DataFrame, a DataFrame
+that turns out empty), an :class:`~orca.core.engine.errors.OrcaWorkerError` naming the rank and the
+column; within seconds, and with nothing left behind (:func:`footprint` / :func:`leftovers`: no new
+Ray actor, no running Spark job, no new listening port of this process).
+
+Mix :class:`BadInputConformance` into a framework's conformance test class (next to
+:class:`~orca.core.testing.conformance.EstimatorConformance`, whose ``make_estimator(backend)`` hook
+and ``backend`` fixture it uses) and set the capability flags that differ:
+
+    class TestTorchConformance(EstimatorConformance, BadInputConformance): ...
+
+Driver-side cases share one Estimator per backend and never start its workers (asserted), so the
+matrix is fast; the few worker-side cases share a second one. ``docs/bad-inputs.md`` is the table
+of :data:`BAD_INPUTS` and the message each gives, written by :func:`markdown_table` (a test keeps
+the two in step).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pytest
+
+from orca.core.engine.errors import OrcaWorkerError
+
+# --------------------------------------------------------------------------- nothing left behind
+
+
+@dataclass(frozen=True)
+class Footprint:
+    """What this process holds that a failed call could leave behind.
+
+    Attributes:
+        actors: ids of the live Ray actors of this process's Ray (empty while Ray is not started).
+        ports: ``(host, port)`` this process listens on.
+        spark_jobs: ids of the Spark jobs running now.
+    """
+
+    actors: frozenset[str] = frozenset()
+    ports: frozenset[tuple[str, int]] = frozenset()
+    spark_jobs: frozenset[int] = frozenset()
+
+
+def _live_actors() -> frozenset[str]:
+    try:
+        import ray
+    except ImportError:  # pragma: no cover - the test environments have Ray
+        return frozenset()
+    if not ray.is_initialized():
+        return frozenset()
+    from ray._private.state import state  # the GCS table: needs no dashboard
+
+    return frozenset(a for a, info in state.actor_table(None).items() if info.get("State") != "DEAD")
+
+
+def _listening_ports() -> frozenset[tuple[str, int]]:
+    import psutil
+
+    return frozenset((c.laddr.ip, c.laddr.port) for c in psutil.Process(os.getpid()).net_connections(kind="inet")
+                     if c.status == psutil.CONN_LISTEN)
+
+
+def _spark_jobs() -> frozenset[int]:
+    from orca.core.context import OrcaContext
+
+    ctx = OrcaContext.active()
+    if ctx is None or not ctx.has_spark:
+        return frozenset()
+    return frozenset(ctx.spark_session().sparkContext.statusTracker().getActiveJobsIds())
+
+
+def footprint() -> Footprint:
+    """This process's live Ray actors, listening ports and running Spark jobs, now."""
+    return Footprint(_live_actors(), _listening_ports(), _spark_jobs())
+
+
+def leftovers(before: Footprint, within_s: float = 10.0) -> list[str]:
+    """What appeared since ``before`` and is still there after ``within_s`` (stopping takes a moment).
+
+    Returns:
+        One line per leftover (``[]``: nothing was left behind).
+    """
+    deadline = time.monotonic() + within_s
+    while True:
+        now = footprint()
+        left = [f"Ray actor {a}" for a in sorted(now.actors - before.actors)]
+        left += [f"listening port {h}:{p}" for h, p in sorted(now.ports - before.ports)]
+        left += [f"running Spark job {j}" for j in sorted(now.spark_jobs)]
+        if not left or time.monotonic() > deadline:
+            return left
+        time.sleep(0.2)
+
+
+# --------------------------------------------------------------------------- the cases
+
+
+@dataclass
+class Inputs:
+    """What a case's call may use: good data to spoil, and where to write files."""
+
+    x: np.ndarray
+    y: np.ndarray
+    df: Any
+    frames: dict[str, Any]
+    tmp: str
+
+    @property
+    def xy(self) -> dict[str, np.ndarray]:
+        return {"x": self.x, "y": self.y}
+
+
+@dataclass(frozen=True)
+class BadInput:
+    """One mistake and what it must give.
+
+    Attributes:
+        name: the case id.
+        mistake: the mistake in words (the docs table).
+        call: ``call(est, inputs)`` makes the mistake.
+        raises: the exception type (for worker cases: the type the worker raised).
+        names: regular expressions the message must match: the argument and the offending value.
+        fix: a regular expression for the fix the message gives.
+        where: ``"driver"`` (before any worker starts), ``"worker"`` (only a worker can see it: the
+            error must be an :class:`OrcaWorkerError` naming the rank) or ``"either"`` (a launcher
+            that learns it on the driver, e.g. from a Spark stage that had no task to run, raises
+            ``raises`` there; one whose workers see it first names the rank).
+        needs: capability flags of the test class that must be true for the case to apply.
+    """
+
+    name: str
+    mistake: str
+    call: Callable[[Any, Inputs], Any]
+    raises: type[BaseException]
+    names: tuple[str, ...]
+    fix: str
+    where: str = "driver"
+    needs: tuple[str, ...] = field(default_factory=tuple)
+
+
+def _with_nan(a: np.ndarray, value: float = np.nan) -> np.ndarray:
+    out = a.copy()
+    out.flat[5] = value
+    return out
+
+
+def _xshards(shards: list[Any]) -> Any:
+    from orca.core.data import XShards
+
+    return XShards.from_list(shards, backend="local")
+
+
+def _fit(est: Any, data: Any, **kw: Any) -> Any:
+    kw.setdefault("epochs", 1)
+    kw.setdefault("batch_size", 8)
+    return est.fit(data, **kw)
+
+
+def _fit_df(est: Any, df: Any, **kw: Any) -> Any:
+    kw.setdefault("feature_cols", ["x"])
+    kw.setdefault("label_cols", ["y"])
+    return _fit(est, df, **kw)
+
+
+def _write(path: str, data: bytes) -> str:
+    with open(path, "wb") as fh:
+        fh.write(data)
+    return path
+
+
+def _truncated_checkpoint(est: Any, inp: Inputs) -> str:
+    from orca.core.engine.checkpoint import write_checkpoint
+
+    good = os.path.join(inp.tmp, "good.ckpt")
+    write_checkpoint(good, 1, {"w": np.ones((4, 3), np.float32)})
+    with open(good, "rb") as fh:
+        data = fh.read()
+    return _write(os.path.join(inp.tmp, "truncated.ckpt"), data[: len(data) // 2])
+
+
+FIT = ("supports_fit",)
+DF_FIX = r"Fix feature_cols/label_cols"
+POSITIVE = r"must be a positive int"
+#: epochs: a positive int, or (Keras, which counts on from initial_epoch) an int above initial_epoch
+EPOCHS = r"must be (a positive int|an int greater than initial_epoch)"
+FINITE_FIX = r"Drop or fill them"
+
+BAD_INPUTS: list[BadInput] = [
+    # ---------------------------------------------------------------- columns of a DataFrame
+    BadInput("missing_feature_column", "a feature column that is not in the DataFrame",
+             lambda est, i: _fit_df(est, i.df, feature_cols=["nope"]), ValueError,
+             (r"feature column 'nope'", r"columns \["), DF_FIX, needs=FIT),
+    BadInput("misspelled_label_column", "a misspelled label column",
+             lambda est, i: _fit_df(est, i.df, label_cols=["Y"]), ValueError, (r"label column 'Y'",), DF_FIX,
+             needs=FIT),
+    BadInput("no_feature_cols", "a DataFrame without feature_cols",
+             lambda est, i: _fit_df(est, i.df, feature_cols=None), ValueError, (r"feature_cols",),
+             r"give feature_cols=\[", needs=FIT),
+    BadInput("no_label_cols", "a DataFrame without label_cols to fit",
+             lambda est, i: _fit_df(est, i.df, label_cols=None), ValueError, (r"label_cols",), r"give label_cols=\[",
+             needs=FIT),
+    BadInput("feature_cols_not_names", "feature_cols=3",
+             lambda est, i: _fit_df(est, i.df, feature_cols=3), TypeError, (r"feature_cols", r"got 3"),
+             r"a column name or a list of column names", needs=FIT),
+    BadInput("string_feature_column", "a string column as a feature",
+             lambda est, i: _fit_df(est, i.frames["strings"], feature_cols=["s"]), TypeError,
+             (r"feature column 's'", r"string"), r"StringIndexer", needs=FIT + ("refuses_string_features",)),
+    BadInput("struct_feature_column", "a nested (struct) column as a feature",
+             lambda est, i: _fit_df(est, i.frames["struct"], feature_cols=["st"]), TypeError,
+             (r"feature column 'st'", r"struct"), r"VectorAssembler", needs=FIT),
+    BadInput("evaluate_without_label_cols", "evaluate a DataFrame without label_cols",
+             lambda est, i: est.evaluate(i.df, feature_cols=["x"]), ValueError, (r"label_cols",),
+             r"give label_cols=\[", needs=FIT),
+    BadInput("predict_missing_feature_column", "predict with a feature column that is not there",
+             lambda est, i: est.predict(i.df, feature_cols=["nope"]), ValueError, (r"feature column 'nope'",),
+             DF_FIX),
+    BadInput("predict_no_feature_cols", "predict a DataFrame without feature_cols",
+             lambda est, i: est.predict(i.df), ValueError, (r"feature_cols",), r"give feature_cols=\["),
+    # ---------------------------------------------------------------- in-memory arrays and XShards
+    BadInput("data_none", "data=None", lambda est, i: est.predict(None), ValueError, (r"data is None",),
+             r"pass a Spark DataFrame, an XShards"),
+    BadInput("unsupported_type", "a string as data", lambda est, i: est.predict("not data"), TypeError,
+             (r"data of type str",), r"pass a Spark DataFrame"),
+    BadInput("empty_array", "an array of 0 rows", lambda est, i: _fit(est, {"x": i.x[:0], "y": i.y[:0]}),
+             ValueError, (r"data is empty", r"0 rows"), r"pass at least one row", needs=FIT),
+    BadInput("predict_empty_array", "predict an array of 0 rows", lambda est, i: est.predict(i.x[:0]),
+             ValueError, (r"data is empty",), r"pass at least one row"),
+    BadInput("x_y_length_mismatch", "x and y of different lengths", lambda est, i: _fit(est, (i.x, i.y[:-3])),
+             ValueError, (r"different numbers of rows", r"\[61, 64\]"), r"the same length", needs=FIT),
+    BadInput("no_labels", "fit on features only", lambda est, i: _fit(est, i.x), ValueError,
+             (r"data: no labels",), r"'y' key", needs=FIT),
+    BadInput("object_dtype_features", "ragged rows (an object array) as features",
+             lambda est, i: _fit(est, {"x": np.array([[1.0, 2.0], [3.0]] * 4, dtype=object), "y": i.y[:8]}),
+             TypeError, (r"feature #0", r"dtype object"), r"encode it as numbers", needs=FIT),
+    BadInput("predict_object_dtype", "predict ragged rows (an object array)",
+             lambda est, i: est.predict(np.array([[1.0, 2.0], [3.0]] * 4, dtype=object)), TypeError,
+             (r"feature #0|input 'x'", r"dtype object|array of object"), r"encode it as numbers|convert it first"),
+    BadInput("nan_in_features", "NaN in the features", lambda est, i: _fit(est, (_with_nan(i.x), i.y)),
+             ValueError, (r"feature array #0", r"NaN/Inf", r"row 1\b"), FINITE_FIX, needs=FIT),
+    BadInput("inf_in_labels", "Inf in the labels", lambda est, i: _fit(est, (i.x, _with_nan(i.y, np.inf))),
+             ValueError, (r"label array #0", r"NaN/Inf", r"row 5\b"), FINITE_FIX, needs=FIT),
+    BadInput("nan_in_validation_data", "NaN in the validation features",
+             lambda est, i: _fit(est, i.xy, validation_data=(_with_nan(i.x), i.y)), ValueError,
+             (r"validation_data", r"NaN/Inf"), FINITE_FIX, needs=FIT),
+    BadInput("evaluate_nan_labels", "evaluate labels holding NaN",
+             lambda est, i: est.evaluate((i.x, _with_nan(i.y))), ValueError, (r"label array #0", r"NaN/Inf"),
+             FINITE_FIX, needs=FIT),
+    BadInput("nan_in_xshards", "NaN in an XShards shard",
+             lambda est, i: _fit(est, _xshards([{"x": _with_nan(i.x), "y": i.y}])), ValueError,
+             (r"feature array #0", r"NaN/Inf"), FINITE_FIX, needs=FIT),
+    BadInput("empty_xshards", "an XShards with no shards", lambda est, i: _fit(est, _xshards([])), ValueError,
+             (r"empty XShards",), r"at least one shard", needs=FIT),
+    BadInput("xshards_of_lists", "an XShards of lists, not dicts or DataFrames",
+             lambda est, i: _fit(est, _xshards([[1.0, 2.0]])), TypeError, (r"not list",),
+             r"dicts \{'x': \.\.\., 'y': \.\.\.\} or pandas DataFrames", needs=FIT),
+    BadInput("mixed_validation_kind", "a DataFrame with in-memory validation_data",
+             lambda est, i: _fit_df(est, i.df, validation_data=(i.x, i.y)), ValueError,
+             (r"validation_data is in-memory arrays",), r"convert one", needs=FIT),
+    BadInput("data_creator_to_predict", "a data-creator function to predict",
+             lambda est, i: est.predict(lambda config, batch_size: None), TypeError, (r"data-creator",),
+             r"takes data"),
+    # ---------------------------------------------------------------- arguments
+    BadInput("batch_size_zero", "batch_size=0", lambda est, i: _fit(est, i.xy, batch_size=0), ValueError,
+             (r"batch_size", r"got 0"), POSITIVE, needs=FIT),
+    BadInput("batch_size_not_int", "batch_size='32'", lambda est, i: est.predict(i.x, batch_size="32"),
+             ValueError, (r"batch_size", r"got '32'"), POSITIVE),
+    BadInput("batch_size_below_workers", "batch_size=1 for 2 workers",
+             lambda est, i: _fit(est, i.xy, batch_size=1), ValueError, (r"batch_size=1", r"2 workers"),
+             r"use batch_size >= number of workers", needs=FIT),
+    BadInput("epochs_zero", "epochs=0", lambda est, i: _fit(est, i.xy, epochs=0), ValueError,
+             (r"epochs", r"got 0"), EPOCHS, needs=FIT),
+    BadInput("epochs_negative", "epochs=-1", lambda est, i: _fit(est, i.xy, epochs=-1), ValueError,
+             (r"epochs", r"got -1"), EPOCHS, needs=FIT),
+    BadInput("epochs_float", "epochs=1.5", lambda est, i: _fit(est, i.xy, epochs=1.5), ValueError,
+             (r"epochs", r"got 1\.5"), EPOCHS, needs=FIT),
+    BadInput("batch_size_float", "batch_size=8.0", lambda est, i: est.predict(i.x, batch_size=8.0), ValueError,
+             (r"batch_size", r"got 8\.0"), POSITIVE),
+    BadInput("validation_freq_zero", "validation_freq=0", lambda est, i: _fit(est, i.xy, validation_freq=0),
+             ValueError, (r"validation_freq", r"got 0"), POSITIVE, needs=FIT),
+    BadInput("max_failures_negative", "max_failures=-1", lambda est, i: _fit(est, i.xy, max_failures=-1),
+             ValueError, (r"max_failures", r"got -1"), r"must be a non-negative int", needs=FIT),
+    BadInput("callback_of_wrong_kind", "a callback that is not an orca Callback",
+             lambda est, i: _fit(est, i.xy, callbacks=[print]), TypeError, (r"callbacks", r"built-in function"),
+             r"subclass orca\.core\.engine\.callbacks\.Callback|neither a Keras callback nor an orca Callback", needs=FIT),
+    BadInput("workers_per_node_above_cores", "more workers per node than the node has CPUs",
+             lambda est, i: _with_workers(est, 64, lambda: est.predict(i.x)), ValueError,
+             (r"workers_per_node=64",), r"workers_per_node <= \d+"),
+    # ---------------------------------------------------------------- checkpoints
+    BadInput("load_missing_checkpoint", "load_checkpoint of a file that does not exist",
+             lambda est, i: est.load_checkpoint(os.path.join(i.tmp, "missing.ckpt")), FileNotFoundError,
+             (r"missing\.ckpt",), r"save_checkpoint|ModelCheckpoint"),
+    BadInput("load_truncated_checkpoint", "load_checkpoint of a truncated file",
+             lambda est, i: est.load_checkpoint(_truncated_checkpoint(est, i)), ValueError,
+             (r"truncated\.ckpt", r"damaged"), r"save_checkpoint|ModelCheckpoint"),
+    BadInput("load_foreign_file", "load_checkpoint of a file that is not a checkpoint",
+             lambda est, i: est.load_checkpoint(_write(os.path.join(i.tmp, "notes.txt"), b"hello, world\n")),
+             ValueError, (r"notes\.txt", r"not an Orca checkpoint"), r"save_checkpoint|ModelCheckpoint"),
+    BadInput("save_to_unwritable_path", "save_checkpoint under a path that is a file",
+             lambda est, i: est.save_checkpoint(os.path.join(_write(os.path.join(i.tmp, "f"), b""), "m.ckpt")),
+             OSError, (r"f/m\.ckpt",), r"writable directory"),
+    # ---------------------------------------------------------------- only a worker sees these
+    BadInput("empty_dataframe", "fit an empty DataFrame (df.limit(0))",
+             lambda est, i: _fit_df(est, i.df.limit(0)), ValueError, (r"no rows",), r"df\.count\(\) > 0",
+             where="either", needs=FIT),
+    BadInput("zero_row_partitions_only", "fit an XShards whose shards all have 0 rows",
+             lambda est, i: _fit(est, _xshards([{"x": i.x[:0], "y": i.y[:0]}] * 2)), ValueError, (r"no rows",),
+             r"df\.count\(\) > 0", where="worker", needs=FIT),
+    BadInput("null_in_feature_column", "a null in a DataFrame's feature column",
+             lambda est, i: _fit_df(est, i.frames["nulls"], feature_cols=["n"]), ValueError,
+             (r"column 'n'", r"null"), r"df\.na\.drop", where="worker", needs=FIT),
+    BadInput("nan_in_feature_column", "NaN in a DataFrame's feature column",
+             lambda est, i: _fit_df(est, i.frames["nan"], feature_cols=["n"]), ValueError,
+             (r"feature column 'n'", r"NaN/Inf"), FINITE_FIX, where="worker", needs=FIT),
+    BadInput("ragged_array_column", "arrays of different lengths in a DataFrame's feature column",
+             lambda est, i: _fit_df(est, i.frames["ragged"], feature_cols=["r"]), ValueError,
+             (r"column 'r'", r"different lengths"), r"same shape", where="worker", needs=FIT),
+]
+
+
+def _with_workers(est: Any, n: int, call: Callable[[], Any]) -> Any:
+    """Call with ``est.workers_per_node`` set to ``n`` (as if the constructor had been given it)."""
+    before = est.workers_per_node
+    est.workers_per_node = n
+    try:
+        return call()
+    finally:
+        est.workers_per_node = before
+
+
+def markdown_table(cases: list[BadInput] | None = None) -> str:
+    """The docs table (``docs/bad-inputs.md``): one row per case with where it is caught, the
+    exception, and what its message must say (the argument or value, and the fix)."""
+    rows = ["| case | mistake | caught | raises | message names | message's fix |", "|---|---|---|---|---|---|"]
+    for c in cases or BAD_INPUTS:
+        caught = {"driver": "driver", "worker": "worker (names the rank)",
+                  "either": "driver, or a worker (names the rank)"}[c.where]
+        names = ", ".join(f"`{_cell(n)}`" for n in c.names)
+        rows.append(f"| `{c.name}` | {c.mistake} | {caught} | `{c.raises.__name__}` | {names} | `{_cell(c.fix)}` |")
+    return "\n".join(rows) + "\n"
+
+
+def _cell(pattern: str) -> str:
+    """A regular expression as readable table text."""
+    text = pattern.replace(r"\d+", "N").replace(r"\b", "")
+    return re.sub(r"\\(.)", r"\1", text).replace("|", " or ")
+
+
+DOC_HEADER = """# Bad input: what each mistake gives
+
+Every framework package runs this matrix against its own Estimator
+(`orca.core.testing.bad_inputs.BadInputConformance`, mixed into its conformance test class).
+Each case asserts the exception type, that the message names the argument (or value) and the
+fix below, that it is raised on the driver before any worker starts (or, where only a worker
+can see the mistake, names the rank), within seconds, and that no Ray actor, running Spark job
+or listening port is left behind. This page is generated from the suite
+(`orca.core.testing.bad_inputs.markdown_table`); a test fails when the two differ.
+
+"""
+
+
+# --------------------------------------------------------------------------- the mixin
+
+
+
+class BadInputConformance:
+    """The bad-input matrix as pytest tests (see the module docstring).
+
+    Needs from the class it is mixed into: a ``backend`` fixture and ``make_estimator(backend)``.
+    """
+
+    #: capability flags (a case whose ``needs`` is false is skipped)
+    supports_fit: bool = True
+    refuses_string_features: bool = True
+    #: a driver-side case must fail within this; a worker-side one within ``worker_case_s``
+    #: (generous: a busy CI machine is not a hang)
+    driver_case_s: float = 15.0
+    worker_case_s: float = 90.0
+    #: backends that run the worker-side cases (``None``: all); backends sharing a launcher
+    #: convert data alike, so they may run them once (see ``EstimatorConformance.launcher_backends``)
+    launcher_backends: tuple[str, ...] | None = None
+
+    def make_estimator(self, backend: str) -> Any:
+        """A fresh Estimator for the 4-input linear task (the conformance class provides it)."""
+        raise NotImplementedError
+
+    _bad_estimators: dict[tuple[str, str], Any] = {}
+
+    @pytest.fixture(scope="class")
+    @classmethod
+    def bad_inputs(cls, orca_context: Any, tmp_path_factory: Any) -> Iterator[Inputs]:
+        """Good data to spoil (64 rows of the 4-input task) and DataFrames with one bad column each."""
+        import pandas as pd
+
+        from orca.core.testing.conformance import regression_arrays
+
+        x, y = regression_arrays(64)
+        spark = orca_context.spark_session()
+
+        def frame(**extra: Any) -> Any:
+            return spark.createDataFrame(pd.DataFrame({"x": list(x), "y": y, **extra})).repartition(2)
+
+        def column_n(bad: float | None) -> Any:  # pandas would turn a NaN into a null: rows keep it
+            rows = [(1.0 if k != 40 else bad, float(t)) for k, t in enumerate(y)]
+            return spark.createDataFrame(rows, "n double, y double").repartition(2)
+
+        frames = {
+            "strings": frame(s=["a"] * 64),
+            "nulls": column_n(None),
+            "nan": column_n(float("nan")),
+            "ragged": frame(r=[[1.0] * (3 if k == 50 else 4) for k in range(64)]),
+            "struct": spark.createDataFrame([((1.0, 2.0), float(t)) for t in y], "st struct<a:double,b:double>, y double"),
+        }
+        cls._bad_estimators = {}
+        yield Inputs(x, y, frame(), frames, str(tmp_path_factory.mktemp("bad_inputs")))
+        for est in cls._bad_estimators.values():
+            est.shutdown()
+        cls._bad_estimators = {}
+
+    def _bad_estimator(self, backend: str, where: str) -> Any:
+        key = (backend, where)
+        cache = type(self)._bad_estimators
+        if key not in cache:
+            est = self.make_estimator(backend)
+            est.num_workers  # noqa: B018 - starts Ray where the backend needs it, before the footprint
+            if est.launcher == "ray":  # the context's holder of Spark-put data lives as long as the context
+                from orca.core.data._ray import holder_names
+
+                holder_names()
+            cache[key] = est
+        return cache[key]
+
+    @pytest.mark.timeout(300)
+    @pytest.mark.parametrize("case", BAD_INPUTS, ids=lambda c: c.name)
+    def test_bad_input_is_refused_clearly(self, case: BadInput, backend: str, bad_inputs: Inputs) -> None:
+        for flag in case.needs:
+            if not getattr(self, flag):
+                pytest.skip(f"{flag} is False for this Estimator")
+        if case.where != "driver" and self.launcher_backends is not None and backend not in self.launcher_backends:
+            pytest.skip("launcher-level test: the worker-side cases run on another backend of the same launcher")
+        est = self._bad_estimator(backend, case.where)
+        state_before = est.get_state()
+        before = footprint()
+        t0 = time.monotonic()
+        with pytest.raises(Exception) as info:  # noqa: PT011 - the type is checked below, with the message
+            case.call(est, bad_inputs)
+        took = time.monotonic() - t0
+        exc, msg = info.value, str(info.value)
+        if case.where == "driver" or (case.where == "either" and not isinstance(exc, OrcaWorkerError)):
+            assert isinstance(exc, case.raises), f"{case.name}: expected {case.raises.__name__}, got {exc!r}"
+            assert not isinstance(exc, OrcaWorkerError), f"{case.name}: raised by a worker, not the driver: {msg}"
+            if case.where == "driver":
+                group = getattr(est, "_group", None)
+                assert group is None or not group.started, f"{case.name}: workers started before the error"
+            assert took < (self.driver_case_s if case.where == "driver" else self.worker_case_s), \
+                f"{case.name}: took {took:.1f}s"
+        else:
+            assert isinstance(exc, OrcaWorkerError), f"{case.name}: expected an OrcaWorkerError, got {exc!r}"
+            # an Orca worker names its rank; the Spark tasks that move a DataFrame into Ray have none
+            assert (exc.rank is not None and re.search(rf"worker {exc.rank}\b", msg)) or "Spark task" in msg, msg
+            assert f"{case.raises.__name__}: " in msg, f"{case.name}: expected a {case.raises.__name__}: {msg}"
+            assert took < self.worker_case_s, f"{case.name}: took {took:.1f}s"
+        for pattern in case.names:
+            assert re.search(pattern, msg), f"{case.name}: the message does not name {pattern!r}: {msg}"
+        assert re.search(case.fix, msg), f"{case.name}: the message gives no fix ({case.fix!r}): {msg}"
+        left = leftovers(before)
+        assert not left, f"{case.name}: left behind {left}"
+        _same_state(state_before, est.get_state(), case.name)
+
+
+def _same_state(a: Any, b: Any, name: str) -> None:
+    """The failed call changed nothing the Estimator holds."""
+    if isinstance(a, dict):
+        assert isinstance(b, dict) and a.keys() == b.keys(), f"{name}: the state changed"
+        for k in a:
+            _same_state(a[k], b[k], name)
+    elif isinstance(a, (list, tuple)):
+        assert len(a) == len(b), f"{name}: the state changed"
+        for u, v in zip(a, b, strict=True):
+            _same_state(u, v, name)
+    elif isinstance(a, np.ndarray):
+        np.testing.assert_array_equal(a, b, err_msg=f"{name}: the state changed")
+    else:
+        assert a is b or a == b, f"{name}: the state changed"
