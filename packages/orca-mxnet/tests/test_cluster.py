@@ -34,8 +34,11 @@ DRIVER = textwrap.dedent(
     est = Estimator.from_mxnet(config=create_config(optimizer_params={"learning_rate": 0.1}, seed=0),
                                model_creator=model, loss_creator=loss, backend=BACKEND, workers_per_node=WPN)
     hist = est.fit((x, y), epochs=10, batch_size=32)
+    import mxnet as mx
+    want = est.get_model()(mx.nd.array(x)).asnumpy()  # the trained model, run on the driver
     out = {"first": hist.history["train_loss"][0], "last": hist.history["train_loss"][-1],
-           "digests": est.worker_weight_digests(), "workers": est.num_workers, "nodes": None}
+           "digests": est.worker_weight_digests(), "workers": est.num_workers, "nodes": None,
+           "max_err": float(abs(est.predict(x, batch_size=64).reshape(want.shape) - want).max())}
     if BACKEND == "ray":
         import cloudpickle, ray
         probe = cloudpickle.dumps(lambda r: ray.get_runtime_context().get_node_id())
@@ -51,6 +54,7 @@ def _check(out):
     assert out["workers"] == 2
     assert len(out["digests"]) == 2 and len(set(out["digests"])) == 1
     assert out["last"] < out["first"] * 0.05
+    assert out["max_err"] < 1e-5  # the workers' predictions are the trained model's
 
 
 def test_spark_backend_trains_on_a_standalone_cluster(spark_standalone_master):

@@ -1,65 +1,118 @@
 """The ray backend on a real Spark standalone cluster (a master and two workers on 127.0.0.1):
 Ray-on-Spark starts a Ray worker node on each executor, the actors run there and read their
-own node's partitions first; Ray's token auth stays on. The driver runs in its own interpreter."""
+own node's partitions first; Ray's token auth stays on. The driver runs in its own interpreter
+(the scaffolding is shared with orca-tf and orca-mxnet: orca.core.testing.ray_on_spark)."""
 
 import pytest
 
-from orca.core.testing.clusters import processes_mentioning, run_python, spark_standalone_cluster
+from orca.core.testing.ray_on_spark import check_ray_on_spark_fit, run_on_ray_on_spark
 
 DRIVER = r'''
-import json, os, numpy as np, pandas as pd, torch, ray
+import numpy as np, torch
 from torch import nn
-from orca.core import init_orca_context, stop_orca_context
+from orca.core.testing.ray_on_spark import DriverRun
 from orca.torch import Estimator
 
-ctx = init_orca_context(cluster_mode="standalone", master=os.environ["ORCA_MASTER"], cores=1, num_nodes=2,
-                        memory="1g", object_store_memory=100 * 2**20)
-spark = ctx.spark_session()
-rng = np.random.default_rng(0)
-x = rng.normal(size=(8000, 8)).astype(np.float32)   # 4 partitions of ~72 KB: objects in plasma
-y = (x @ rng.normal(size=8).astype(np.float32) > 0).astype(np.float32)
-df = spark.createDataFrame(pd.DataFrame({"x": list(x), "y": y})).repartition(4)
+run = DriverRun.start()
 torch.manual_seed(0)
 est = Estimator.from_torch(model=nn.Sequential(nn.Linear(8, 1), nn.Sigmoid()), loss=nn.BCELoss(),
                            optimizer=lambda m, c: torch.optim.Adam(m.parameters(), lr=0.05), backend="ray",
                            workers_per_node=1)
-hist = est.fit(df, epochs=4, batch_size=64, feature_cols=["x"], label_cols=["y"])
-placement = est._group.last_placement
-actor_nodes = est._group.call(lambda r: ray.get_runtime_context().get_node_id())
-runtime = ctx.ray_runtime()
-labels = {n["NodeID"]: n.get("Labels", {}) for n in ray.nodes() if n["Alive"]}
-pred = est.predict(df, feature_cols=["x"]).toPandas()
+run.fitted(est, est.fit(run.df, epochs=4, batch_size=64, feature_cols=["x"], label_cols=["y"]))
+pred = est.predict(run.df, feature_cols=["x"]).toPandas()
 with torch.no_grad():
-    want = est.get_model()(torch.from_numpy(np.stack(pred["x"].to_numpy()))).numpy()[:, 0]
-acc = float(((pred["prediction"].to_numpy() > 0.5) == (pred["y"].to_numpy() > 0.5)).mean())
-context_id = ctx.context_id
-est.shutdown()
-stop_orca_context()
-print(json.dumps({
-    "mode": runtime.mode, "auth": runtime.auth, "cpus": list(runtime.cpus_per_node), "n": hist[-1]["num_samples"],
-    "actor_nodes": actor_nodes, "executor_nodes": [n for n, l in labels.items() if "orca-executor" in l],
-    "placed": placement.actor_nodes, "remote_rows": placement.remote_rows, "local_rows": placement.local_rows,
-    "min_remote_rows": placement.min_remote_rows(), "crossed_bytes": placement.crossed_bytes,
-    "total_bytes": placement.total_bytes, "acc": acc,
-    "max_err": float(np.abs(pred["prediction"].to_numpy() - want).max()), "context": context_id}))
+    want = est.get_model()(torch.from_numpy(run.features(pred))).numpy()[:, 0]
+run.finish(est, pred, want)
 '''
 
 
 @pytest.mark.timeout(600)
 def test_ray_backend_runs_on_ray_nodes_started_on_the_spark_executors():
-    with spark_standalone_cluster(cores=1, memory="1g", workers=2) as cluster:
-        out = run_python(DRIVER, env={"ORCA_MASTER": cluster.master_url}, timeout_s=540)
-        left = processes_mentioning(f"orca-ray-{out['context']}")
-    assert out["mode"] == "on_spark" and out["auth"] is True
-    assert sorted(out["cpus"]) == [0, 1, 1]  # the head on the driver has no CPU: no worker runs there
-    assert out["n"] == 8000
-    # one actor on each executor's Ray node, where the placement put it
-    assert sorted(out["actor_nodes"]) == sorted(out["executor_nodes"]) and len(set(out["actor_nodes"])) == 2
-    assert out["placed"] == out["actor_nodes"]
-    # local first: only what a node lacks crosses nodes
-    assert out["local_rows"] + out["remote_rows"] == 8000
-    assert out["remote_rows"] == out["min_remote_rows"] < 8000
-    assert 0 <= out["crossed_bytes"] < out["total_bytes"]
-    assert out["acc"] > 0.95
-    assert out["max_err"] < 1e-6
-    assert left == []  # the keepers and their Ray nodes ended with the context
+    check_ray_on_spark_fit(run_on_ray_on_spark(DRIVER, timeout_s=540), max_err=1e-6)
+
+
+LOST_DRIVER = r'''
+import json, os, sys, tempfile, time
+import numpy as np, torch
+from torch import nn
+from orca.core.engine.errors import WorkerLostError
+from orca.core.testing.failures import KillExecutorOnce
+from orca.core.testing.ray_on_spark import DriverRun
+from orca.torch import Estimator
+
+TIMEOUT_S = 20
+run = DriverRun.start(worker_timeout_s=TIMEOUT_S)
+fit = dict(batch_size=64, feature_cols=["x"], label_cols=["y"])
+marks = tempfile.mkdtemp()
+
+def estimator():
+    torch.manual_seed(0)
+    return Estimator.from_torch(model=nn.Sequential(nn.Linear(8, 1), nn.Sigmoid()), loss=nn.BCELoss(),
+                                optimizer=lambda m, c: torch.optim.SGD(m.parameters(), lr=0.05), backend="ray",
+                                workers_per_node=1)
+
+def killed_at(name):
+    pid, at = open(os.path.join(marks, name)).read().split()
+    return int(pid), float(at)
+
+def probe(est):
+    with torch.no_grad():
+        return est.get_model()(torch.from_numpy(run.x[:256])).numpy()[:, 0]
+
+out = {}
+# 1. max_failures=0: the executor under rank 1 is killed in epoch 2; the fit fails at once and keeps epoch 1's model
+est = estimator()
+est.fit(run.df, epochs=1, **fit)
+before = probe(est)
+try:
+    est.fit(run.df, epochs=3, callbacks=[KillExecutorOnce(os.path.join(marks, "a"), epoch=1, step=5)],
+            max_failures=0, **fit)
+    out["error"] = None
+except (WorkerLostError, TimeoutError) as exc:
+    out["error"], out["error_type"] = str(exc), type(exc).__name__
+    out["failed_after_s"] = time.time() - killed_at("a")[1]
+out["same_after_failure"] = bool(np.array_equal(probe(est), before))
+# the context still serves calls: Spark's replacement executor gets a Ray node, two workers again
+out["evaluated"] = est.evaluate(run.df, **fit)["num_samples"]
+out["workers_after_failure"] = len(set(run.cluster_facts(est)["actor_nodes"]))
+est.shutdown()
+
+# 2. max_failures=1: the same loss mid-fit restarts from the last epoch and ends as an uninterrupted run (numpy
+# data this time: a DataFrame's rows go to the ranks by where Spark computed them, which differs between runs)
+results = []
+for kill in (True, False):
+    est = estimator()
+    cbs = [KillExecutorOnce(os.path.join(marks, "b"), epoch=1, step=5)] if kill else []
+    hist = est.fit((run.x, run.y), epochs=2, batch_size=64, callbacks=cbs, max_failures=1)
+    results.append(probe(est))
+    if kill:
+        out["restarts"] = [r["epoch"] for r in hist.restarts]
+        out["epochs"] = [h["epoch"] for h in hist]
+        out["n"] = hist[-1]["num_samples"]
+        out["nodes_after_restart"] = len(set(run.cluster_facts(est)["actor_nodes"]))
+        out["acc"] = float(((est.predict(run.x, batch_size=256)[:, 0] > 0.5) == (run.y > 0.5)).mean())
+    est.shutdown()
+out["recovered_err"] = float(np.abs(results[0] - results[1]).max())
+out["pids_killed"] = [killed_at("a")[0], killed_at("b")[0]]
+import shutil; shutil.rmtree(marks)
+from orca.core import stop_orca_context
+stop_orca_context()
+print(json.dumps({**run.facts, **out}))
+'''
+
+
+@pytest.mark.timeout(600)
+def test_an_executor_lost_mid_fit_fails_clearly_or_is_recovered():
+    """The Spark executor JVM under rank 1 is SIGKILLed mid-fit (its keeper then ends its Ray node and
+    the actor on it). max_failures=0: a WorkerLostError naming the rank within worker_timeout_s, the
+    model of the last fit kept, and the next call runs on two nodes again (Spark replaces the executor
+    and Orca starts a Ray node on it). max_failures=1: the fit resumes from the last epoch on the
+    replacement node and ends with an uninterrupted run's weights."""
+    out = run_on_ray_on_spark(LOST_DRIVER, timeout_s=540)
+    assert out["error_type"] == "WorkerLostError" and "rank 1" in out["error"], out
+    assert out["failed_after_s"] < 20 + 5, out
+    assert out["same_after_failure"] and out["workers_after_failure"] == 2 and out["evaluated"] == 8000, out
+    assert out["restarts"] == [2] and out["epochs"] == [1, 2] and out["n"] == 8000, out
+    assert out["nodes_after_restart"] == 2 and out["acc"] > 0.9, out
+    assert out["recovered_err"] < 1e-5, out
+    assert len(set(out["pids_killed"])) == 2 and out["left"] == [], out

@@ -102,6 +102,8 @@ class RayOnSpark:
         self.timeout_s = timeout_s
         self.log_to_driver = log_to_driver
         self.head_temp_dir: str | None = None
+        self._config: dict[str, Any] = {}
+        self._auth: dict[str, str] = {}
         #: executor key -> Ray node id, of the nodes this context started
         self.nodes: dict[str, str] = {}
 
@@ -138,8 +140,17 @@ class RayOnSpark:
         )
         gcs = str(ray.get_runtime_context().gcs_address)
         memory, store = node_resources(self.memory, self.object_store_memory)
-        config = {"gcs": gcs, "context": self.context_id, "num_cpus": self.cores, "memory": memory,
-                  "object_store_memory": store, "loopback": loopback}
+        self._config = {"gcs": gcs, "context": self.context_id, "num_cpus": self.cores, "memory": memory,
+                        "object_store_memory": store, "loopback": loopback}
+        self._auth = dict(auth)
+        self.nodes = self._wait_for_nodes(self._start_keepers(executors))
+        log.info("Ray-on-Spark: head on the driver (%s), %d worker nodes on the executors", gcs, len(self.nodes))
+        return gcs
+
+    def _start_keepers(self, executors: int) -> set[str]:
+        """Run the keeper of every executor that has none; return the keys of all executors reached."""
+        sc = self.spark.sparkContext
+        config, auth = self._config, self._auth
         # One task per task slot reaches every executor; the keeper's lock file makes the
         # extra tasks on an executor no-ops. The tasks return at once: no slot stays busy.
         slots = max(executors * self.cores, sc.defaultParallelism, 1)
@@ -149,10 +160,50 @@ class RayOnSpark:
                 lambda _: start_keeper_in_task(config, auth)).collect()
         finally:
             sc.setJobDescription(None)
-        keys = {r["key"] for r in started}
-        self.nodes = self._wait_for_nodes(keys)
-        log.info("Ray-on-Spark: head on the driver (%s), %d worker nodes on the executors", gcs, len(self.nodes))
-        return gcs
+        return {r["key"] for r in started}
+
+    def _alive(self) -> dict[str, str]:
+        """Executor key -> node id of this context's Ray worker nodes alive now."""
+        import ray
+
+        return {n["Labels"][EXECUTOR_LABEL]: n["NodeID"] for n in ray.nodes()
+                if n.get("Alive") and n.get("Labels", {}).get(CONTEXT_LABEL) == self.context_id
+                and EXECUTOR_LABEL in n.get("Labels", {})}
+
+    def heal(self, wait_s: float = 60.0) -> int:
+        """Give executors that Spark started in place of lost ones a Ray worker node.
+
+        When an executor is lost its keeper ends its Ray node (and the actors on it); Spark
+        (standalone, YARN, k8s) starts a new executor while the application wants more cores.
+        Called before new actors start: if a node of this context is gone, wait up to
+        ``wait_s`` for the replacement executor and start a node there. Does nothing (no Spark
+        job) while every node is alive. Returns the number of nodes added.
+        """
+        alive = self._alive()
+        if set(self.nodes) <= set(alive):
+            return 0
+        lost = sorted(set(self.nodes) - set(alive))
+        want = len(self.nodes)
+        log.warning("Ray-on-Spark: the Ray nodes of executors %s are gone; waiting up to %.0fs for Spark to "
+                    "replace them.", lost, wait_s)
+        sc = self.spark.sparkContext
+        deadline = time.monotonic() + wait_s
+        added: set[str] = set()
+        while time.monotonic() < deadline:
+            if executor_count(sc) >= want:
+                # a dead executor may still be counted for a moment: new keys say a new one was reached
+                added = self._start_keepers(executor_count(sc)) - set(alive)
+                if added:
+                    break
+            time.sleep(1.0)
+        nodes_deadline = time.monotonic() + self.timeout_s
+        while added - set(self._alive()) and time.monotonic() < nodes_deadline:
+            time.sleep(0.5)
+        self.nodes = self._alive()
+        if len(self.nodes) < want:
+            log.warning("Ray-on-Spark: %d of %d Ray worker nodes alive after waiting for replacement executors.",
+                        len(self.nodes), want)
+        return len(set(self.nodes) - set(alive))
 
     def _wait_for_executors(self, sc: Any) -> int:
         deadline = time.monotonic() + self.timeout_s
@@ -173,13 +224,10 @@ class RayOnSpark:
         return count
 
     def _wait_for_nodes(self, keys: set[str]) -> dict[str, str]:
-        import ray
 
         deadline = time.monotonic() + self.timeout_s
         while True:
-            found = {n["Labels"][EXECUTOR_LABEL]: n["NodeID"] for n in ray.nodes()
-                     if n.get("Alive") and n.get("Labels", {}).get(CONTEXT_LABEL) == self.context_id
-                     and EXECUTOR_LABEL in n.get("Labels", {})}
+            found = self._alive()
             if keys <= set(found) or time.monotonic() > deadline:
                 break
             time.sleep(0.5)

@@ -230,6 +230,20 @@ class OrcaContext:
                 self._ray = self._start_ray()
             return self._ray
 
+    def ray_runtime_now(self) -> RayRuntime:
+        """Return the Ray runtime as it is now: nodes lost since it started are left out, and on
+        Ray-on-Spark an executor that Spark started in place of a lost one gets its Ray node
+        first (see :meth:`orca.core._ray_spark.RayOnSpark.heal`). Workers call this before
+        they start; it costs one query of the Ray cluster while nothing was lost."""
+        runtime = self.ray_runtime()
+        with _lock:
+            if self._ray is None:
+                return runtime
+            if self._ray_on_spark is not None:
+                self._ray_on_spark.heal()
+            self._ray = _runtime_snapshot(self._ray.mode, self._ray.started_here)
+            return self._ray
+
     def ray_mode(self) -> str:
         """How this context runs Ray: ``"attached"`` (``address=``), ``"on_spark"`` (Ray worker nodes
         on the Spark executors), or ``"embedded"`` (a local Ray in this process's machine)."""

@@ -235,8 +235,8 @@ def _free_cpus(need: float, wait_s: float = 10.0) -> float:
 LOST_GRACE_S = 3.0
 
 
-def _failure(ref: Any, what: str) -> Exception | None:
-    """The driver's error for a finished call ``ref``, or ``None`` when it succeeded."""
+def _failure(ref: Any, what: str, rank: int | None = None) -> Exception | None:
+    """The driver's error for a finished call ``ref`` of worker ``rank``, or ``None`` when it succeeded."""
     ray = _ray()
     try:
         ray.get(ref)
@@ -248,12 +248,21 @@ def _failure(ref: Any, what: str) -> Exception | None:
             return OrcaWorkerError(f"{describe_worker(r)} failed during {what}: {r['error']}",
                                    rank=r.get("rank"), worker_traceback=r["traceback"])
         if isinstance(exc, (ray.exceptions.RayActorError, ray.exceptions.ActorDiedError)):
-            return _ActorLost(f"an Orca worker (Ray actor) died during {what}: {exc}")
+            who = "an Orca worker" if rank is None else f"Orca worker rank {rank}"
+            return _ActorLost(f"{who} (a Ray actor) died during {what}: {exc}", rank)
         return OrcaWorkerError(f"Orca worker failed during {what}: {exc}", worker_traceback=str(exc))
 
 
 class _ActorLost(Exception):
     """An actor of the group died (its process was killed, its node was lost)."""
+
+    def __init__(self, message: str, rank: int | None = None) -> None:
+        super().__init__(message)
+        self.rank = rank
+
+
+def _lost(exc: _ActorLost) -> WorkerLostError:
+    return WorkerLostError(str(exc), rank=exc.rank)
 
 
 class RayWorkerGroup(WorkerGroup):
@@ -312,7 +321,7 @@ class RayWorkerGroup(WorkerGroup):
         from orca.core.context import OrcaContext
 
         ctx = OrcaContext.current()
-        runtime = ctx.ray_runtime()
+        runtime = ctx.ray_runtime_now()  # nodes lost since the last start are not counted
         ray = _ray()
         need = self.num_workers * self.threads
         total = sum(runtime.cpus_per_node)
@@ -412,6 +421,7 @@ class RayWorkerGroup(WorkerGroup):
         bound = max(self.timeout_s, self.start_timeout_s)  # calls without heartbeats: start-up, set-up
         deadline = time.monotonic() + bound
         pending = list(refs)
+        rank_of = {ref: rank for rank, ref in enumerate(refs)}
         while pending:
             silent = liveness.silent() if liveness is not None else None
             if silent is None and liveness is None and time.monotonic() > deadline:
@@ -424,14 +434,14 @@ class RayWorkerGroup(WorkerGroup):
             except KeyboardInterrupt:
                 self.shutdown()  # nothing keeps training after Ctrl-C; the driver keeps its state
                 raise
-            failed = [ref for ref in done if _failure(ref, what) is not None]
+            failed = [ref for ref in done if _failure(ref, what, rank_of[ref]) is not None]
             if failed:
                 # a killed worker makes its peers fail too (their connections to it break), often
                 # before Ray reports the death: give the others a moment, then blame a death first
                 if pending:
                     more, pending = ray.wait(pending, num_returns=len(pending), timeout=LOST_GRACE_S)
-                    failed += [ref for ref in more if _failure(ref, what) is not None]
-                errors = [e for e in (_failure(ref, what) for ref in failed) if e is not None]
+                    failed += [ref for ref in more if _failure(ref, what, rank_of[ref]) is not None]
+                errors = [e for e in (_failure(ref, what, rank_of[ref]) for ref in failed) if e is not None]
                 # a death first; then a rank's own error before those that only saw a peer fail
                 errors.sort(key=lambda e: (not isinstance(e, _ActorLost), is_consequence(str(e).split(": ", 1)[-1])))
                 raise errors[0] from None
@@ -446,13 +456,13 @@ class RayWorkerGroup(WorkerGroup):
         except _ActorLost as exc:
             self.shutdown()
             if not was_up:
-                raise WorkerLostError(str(exc)) from None
+                raise _lost(exc) from None
             log.warning("%s; starting new workers from the driver's state and running %s again.", exc, what)
             try:
                 return fn()
             except _ActorLost as again:
                 self.shutdown()
-                raise WorkerLostError(str(again)) from None
+                raise _lost(again) from None
 
     # ---------------------------------------------------------------- calls
     def fit(self, state: ModelState, source: DataSource, val_source: DataSource | None,
@@ -477,7 +487,7 @@ class RayWorkerGroup(WorkerGroup):
         except (OrcaWorkerError, _ActorLost, TimeoutError) as exc:
             self.shutdown()  # the collectives of a failed step cannot be trusted
             if isinstance(exc, _ActorLost):
-                raise WorkerLostError(str(exc)) from None
+                raise _lost(exc) from None
             raise
         except BaseException:
             self.shutdown()

@@ -29,7 +29,7 @@ import pytest
 
 from orca.core.engine.callbacks import Callback
 from orca.core.engine.errors import OrcaWorkerError
-from orca.core.testing.failures import kill_one_worker, worker_pids
+from orca.core.testing.failures import KillOnce, kill_one_worker, worker_pids
 
 NUM_FEATURES = 4
 #: the worker_timeout_s of the liveness tests: short, so that slow steps span many of them
@@ -64,30 +64,6 @@ class StallAt(Callback):
     def on_batch_end(self, step: int, logs: dict[str, Any] | None = None) -> None:
         if self.rank == self.stall_rank and step == self.step:
             time.sleep(3600)
-
-
-class KillOnce(Callback):
-    """SIGKILLs its own worker process (rank ``rank``) after step ``step`` of epoch ``epoch``
-    (0-based), once: ``marker`` is a file it creates first, so a restarted fit goes through."""
-
-    def __init__(self, marker: str, rank: int = 1, epoch: int = 1, step: int = 1) -> None:
-        self.marker, self.kill_rank, self.kill_epoch, self.step = marker, rank, epoch, step
-        self.epoch = -1
-
-    def on_epoch_begin(self, epoch: int, logs: dict[str, Any] | None = None) -> None:
-        self.epoch = epoch
-
-    def on_batch_end(self, step: int, logs: dict[str, Any] | None = None) -> None:
-        import os
-        import signal
-
-        if (self.rank, self.epoch, step) == (self.kill_rank, self.kill_epoch, self.step):
-            try:
-                with open(self.marker, "x"):
-                    pass
-            except FileExistsError:
-                return
-            os.kill(os.getpid(), signal.SIGKILL)
 
 
 def _gone(pid: int, within_s: float) -> bool:

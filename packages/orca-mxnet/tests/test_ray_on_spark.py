@@ -1,0 +1,36 @@
+"""orca.mxnet's default (ray) backend on a real Spark standalone cluster (a master and two 1-core
+workers on 127.0.0.1): Ray-on-Spark starts a Ray worker node on each executor and the Gluon
+workers train and predict there (scaffolding shared with orca-torch: orca.core.testing.ray_on_spark)."""
+
+import pytest
+
+from orca.core.testing.ray_on_spark import check_ray_on_spark_fit, run_on_ray_on_spark
+
+DRIVER = r'''
+import mxnet as mx
+from orca.core.testing.ray_on_spark import DriverRun
+from orca.mxnet import Estimator, create_config
+
+def model(config):
+    from mxnet import gluon
+    net = gluon.nn.HybridSequential()
+    net.add(gluon.nn.Dense(1, in_units=8, activation="sigmoid"))
+    return net
+
+def loss(config):
+    from mxnet import gluon
+    return gluon.loss.SigmoidBinaryCrossEntropyLoss(from_sigmoid=True)
+
+run = DriverRun.start()
+est = Estimator.from_mxnet(config=create_config(optimizer="adam", optimizer_params={"learning_rate": 0.05}, seed=0),
+                           model_creator=model, loss_creator=loss, workers_per_node=1)  # the default backend: ray
+assert est.backend == "ray"
+run.fitted(est, est.fit(run.df, epochs=4, batch_size=64, feature_cols=["x"], label_cols=["y"]))
+pred = est.predict(run.df, feature_cols=["x"]).toPandas()
+run.finish(est, pred, est.get_model()(mx.nd.array(run.features(pred))).asnumpy()[:, 0])
+'''
+
+
+@pytest.mark.timeout(600)
+def test_default_ray_backend_runs_on_ray_nodes_started_on_the_spark_executors():
+    check_ray_on_spark_fit(run_on_ray_on_spark(DRIVER, timeout_s=540))
