@@ -290,7 +290,7 @@ BAD_INPUTS: list[BadInput] = [
     BadInput("max_failures_negative", "max_failures=-1", lambda est, i: _fit(est, i.xy, max_failures=-1),
              ValueError, (r"max_failures", r"got -1"), r"must be a non-negative int", needs=FIT),
     BadInput("callback_of_wrong_kind", "a callback that is not an orca Callback",
-             lambda est, i: _fit(est, i.xy, callbacks=[print]), TypeError, (r"callbacks", r"built-in function"),
+             lambda est, i: _fit(est, i.xy, callbacks=[len]), TypeError, (r"callbacks", r"built-in function len"),
              r"subclass orca\.core\.engine\.callbacks\.Callback|neither a Keras callback nor an orca Callback", needs=FIT),
     BadInput("workers_per_node_above_cores", "more workers per node than the node has CPUs",
              lambda est, i: _with_workers(est, 64, lambda: est.predict(i.x)), ValueError,
