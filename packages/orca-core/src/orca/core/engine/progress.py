@@ -13,6 +13,7 @@ the last :data:`MAX_EVENTS` events kept, and a connection silent for :data:`IDLE
 from __future__ import annotations
 
 import collections
+import contextlib
 import hmac
 import json
 import logging
@@ -68,6 +69,8 @@ class ProgressServer:
         self.endpoint = (host, self.address[1], self._token)
         self._bar: Any = None
         self._lock = threading.Lock()
+        #: accepted connections that have not sent the token yet, oldest first
+        self._unauthenticated: collections.deque[socket.socket] = collections.deque()
         self._stop = threading.Event()
         self._readers: list[threading.Thread] = []
         self._thread = threading.Thread(target=self._serve, name="orca-progress", daemon=True)
@@ -81,8 +84,14 @@ class ProgressServer:
                 continue
             self._readers = [r for r in self._readers if r.is_alive()]
             if len(self._readers) >= self.max_connections:
-                self._refuse(conn, "too many connections")
-                continue
+                with self._lock:  # strangers that never sent the token must not lock reporters out
+                    oldest = self._unauthenticated.popleft() if self._unauthenticated else None
+                if oldest is None:
+                    self._refuse(conn, "too many connections")
+                    continue
+                self._refuse(oldest, "too many connections: the oldest without a token made room")
+            with self._lock:
+                self._unauthenticated.append(conn)
             reader = threading.Thread(target=self._read, args=(conn,), name="orca-progress-reader", daemon=True)
             self._readers.append(reader)
             reader.start()
@@ -101,6 +110,8 @@ class ProgressServer:
                 if not hmac.compare_digest(first, self._token.encode()):
                     self._refuse(conn, "no token")
                     return
+                with self._lock, contextlib.suppress(ValueError):
+                    self._unauthenticated.remove(conn)
                 conn.settimeout(IDLE_S)
                 while True:
                     line = lines.readline(MAX_LINE)
@@ -115,9 +126,11 @@ class ProgressServer:
                         continue
                     if isinstance(event, dict):
                         self._handle(event)
-        except OSError:
+        except (OSError, ValueError):  # (ValueError: the socket was closed to make room)
             return
         finally:
+            with self._lock, contextlib.suppress(ValueError):
+                self._unauthenticated.remove(conn)
             conn.close()
 
     def _handle(self, event: dict[str, Any]) -> None:
