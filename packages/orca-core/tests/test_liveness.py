@@ -14,13 +14,13 @@ pytestmark = pytest.mark.timeout(60)
 
 
 def test_a_rank_that_keeps_beating_is_never_silent_and_a_quiet_one_is_named():
-    live = Liveness(2, timeout_s=0.5)
-    for _ in range(6):  # 1.2 s: more than twice the timeout
+    live = Liveness(2, timeout_s=1.0)
+    for _ in range(12):  # 2.4 s: more than twice the timeout
         live.seen(0, {"phase": "training", "epoch": 1, "step": 3, "host": "h0", "pid": 10})
         live.seen(1, {"phase": "training", "epoch": 1, "step": 3, "host": "h1", "pid": 11})
         time.sleep(0.2)
         assert live.silent() is None
-    for _ in range(4):
+    for _ in range(7):
         live.seen(0, {"phase": "training", "epoch": 1, "step": 4})
         time.sleep(0.2)
     msg = live.silent()
@@ -54,7 +54,7 @@ def test_start_up_has_its_own_bound_and_a_second_process_for_a_rank_is_seen():
 
 
 def test_beats_travel_over_the_authenticated_channel_only_when_progress_changed():
-    live = Liveness(1, timeout_s=0.6)
+    live = Liveness(1, timeout_s=1.5)
     server = ProgressServer("127.0.0.1", use_tqdm=False, liveness=live)
     try:
         with beating(server.endpoint, 0):
@@ -62,7 +62,7 @@ def test_beats_travel_over_the_authenticated_channel_only_when_progress_changed(
                 beat("training", epoch=1, step=step)
                 time.sleep(0.15)
                 assert live.silent() is None
-            time.sleep(1.0)  # the heartbeat thread runs, but nothing changed: silence
+            time.sleep(2.0)  # the heartbeat thread runs, but nothing changed: silence
             msg = live.silent()
         assert msg is not None and "step 7" in msg
     finally:
