@@ -72,18 +72,15 @@ def test_beats_travel_over_the_authenticated_channel_only_when_progress_changed(
 def test_strangers_holding_connections_do_not_lock_the_reporters_out():
     import socket
 
-    from orca.core.engine.progress import MAX_CONNECTIONS, Reporter
+    from conftest import report_and_wait
+
+    from orca.core.engine.progress import MAX_CONNECTIONS
 
     server = ProgressServer("127.0.0.1", use_tqdm=False)
     strangers = [socket.create_connection(server.address) for _ in range(MAX_CONNECTIONS + 3)]  # silent, no token
     try:
         time.sleep(0.5)
-        reporter = Reporter(server.endpoint)
-        reporter({"event": "epoch", "epoch": 3})
-        reporter.close()
-        deadline = time.monotonic() + 10
-        while not server.events and time.monotonic() < deadline:
-            time.sleep(0.05)
+        report_and_wait(server, {"event": "epoch", "epoch": 3})
         assert list(server.events) == [{"event": "epoch", "epoch": 3}]
         assert server.refused >= 3  # the oldest strangers made room
     finally:

@@ -20,13 +20,14 @@ from typing import Any
 
 import numpy as np
 import pytest
+from conftest import report_and_wait
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from orca.core._net import find_free_port
 from orca.core.codec import CodecError, decode, encode
 from orca.core.engine.checkpoint import read_checkpoint, write_checkpoint
-from orca.core.engine.progress import MAX_LINE, ProgressServer, Reporter
+from orca.core.engine.progress import MAX_LINE, ProgressServer
 from orca.core.sync import SyncError, SyncGroup, job_token
 
 HEADER = struct.Struct("!4sIQQ")
@@ -232,12 +233,7 @@ def test_the_progress_server_takes_only_its_reporter() -> None:
         _send(server.address, b'{"event": "epoch", "epoch": 666}\n')  # no token
         _send(server.address, b"x" * 100 + b"\n" + b'{"event": "epoch", "epoch": 667}\n')  # a wrong token
         _send(server.address, server.endpoint[2].encode() + b"\n" + b"y" * (MAX_LINE + 10))  # an endless line
-        reporter = Reporter(server.endpoint)
-        reporter({"event": "epoch", "epoch": 1, "loss": 0.5})
-        reporter.close()
-        deadline = time.monotonic() + 10
-        while not server.events and time.monotonic() < deadline:
-            time.sleep(0.05)
+        report_and_wait(server, {"event": "epoch", "epoch": 1, "loss": 0.5})
     finally:
         server.close()
     assert [e["epoch"] for e in server.events] == [1]
@@ -252,12 +248,7 @@ def test_random_bytes_at_the_progress_server_are_dropped(chunks: list[bytes]) ->
     try:
         for chunk in chunks:
             _send(server.address, chunk)
-        reporter = Reporter(server.endpoint)
-        reporter({"event": "epoch", "epoch": 3})
-        reporter.close()
-        deadline = time.monotonic() + 10
-        while not server.events and time.monotonic() < deadline:
-            time.sleep(0.02)
+        report_and_wait(server, {"event": "epoch", "epoch": 3})
     finally:
         server.close()
     assert list(server.events) == [{"event": "epoch", "epoch": 3}]
