@@ -123,3 +123,36 @@ class TestNumpyToyConformance(EstimatorConformance, BadInputConformance):
     def single_process_predict(self, est: NumpyEstimator, x: np.ndarray) -> np.ndarray:
         model = est.get_model()
         return (np.asarray(x, np.float64) @ model["w"] + model["b"][0]).reshape(-1, 1)
+
+
+@pytest.mark.timeout(120)
+def test_a_ray_dataset_of_many_small_blocks_trains_and_predicts_in_order(ray_runtime: Any) -> None:
+    """64 one-row blocks (``from_items``' default): the rows reach the actors in a few parts (a
+    conversion task per block started a Ray worker process each, a minute per call on two cores),
+    in order: the fit equals one on the arrays, and the predictions are the rows' own."""
+    import ray
+
+    from orca.core.engine.sources import RayDatasetSource
+
+    rng = np.random.default_rng(5)
+    x = rng.normal(size=(64, 4))  # the toy model takes 4 features
+    y = x @ np.array([0.5, -1.0, 2.0, 1.5]) + 0.25
+    ds = ray.data.from_items([{"x": r, "y": float(t)} for r, t in zip(x, y, strict=True)]).materialize()
+    assert ds.num_blocks() == 64
+    refs = RayDatasetSource(ds, ["x"], ["y"]).ray_refs(need_labels=True)
+    assert len(refs) <= int(ray.cluster_resources()["CPU"]) and sum(n for _, n in refs) == 64
+    np.testing.assert_array_equal(np.concatenate([ray.get(r)["x"][0] for r, _ in refs]), x)
+
+    results = []
+    for data, kw in ((ds, {"feature_cols": ["x"], "label_cols": ["y"]}), ({"x": x, "y": y[:, None]}, {})):
+        est = NumpyEstimator.from_numpy(backend="ray")
+        try:
+            est.fit(data, epochs=2, batch_size=16, shuffle=False, **kw)
+            pred = est.predict(ds, feature_cols=["x"], batch_size=16)
+            results.append(est.get_model()["w"])
+        finally:
+            est.shutdown()
+        model = est.get_model()  # a Ray Dataset's predictions come back as an array, in row order
+        np.testing.assert_allclose(np.asarray(pred).reshape(-1), (x @ model["w"] + model["b"][0]).reshape(-1),
+                                   atol=1e-9)
+    np.testing.assert_allclose(results[0], results[1], atol=1e-12)

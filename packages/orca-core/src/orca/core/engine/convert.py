@@ -136,6 +136,14 @@ def part_rows(part: Part) -> int:
     return len(arrays[0]) if arrays else 0
 
 
+def concat_parts(parts: Sequence[Part]) -> Part:
+    """One part holding the rows of ``parts`` in order (parts without rows add nothing)."""
+    full = [p for p in parts if part_rows(p)] or list(parts[:1])
+    if len(full) == 1:
+        return full[0]
+    return {k: [np.concatenate([p[k][i] for p in full]) for i in range(len(full[0][k]))] for k in ("x", "y")}
+
+
 def _array_name(kind: str, i: int, names: Sequence[str] | None) -> str:
     what = "feature" if kind == "x" else "label"
     if names is not None and i < len(names):

@@ -10,12 +10,12 @@ wrap predictions in the container it came in (:meth:`DataSource.with_predictions
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import numpy as np
 
-from orca.core.engine.convert import Part, part_rows, shard_to_part, table_to_part
+from orca.core.engine.convert import Part, concat_parts, part_rows, shard_to_part, table_to_part
 from orca.core.engine.feed import balanced_slices, cut_part
 
 
@@ -165,18 +165,9 @@ class RayShardsSource(ShardsSource):
     result_backend = "ray"
 
     def ray_refs(self, need_labels: bool) -> list[tuple[Any, int]]:
-        import ray
-
         fcols, lcols = self.feature_cols, self.label_cols if need_labels else None
-
-        def conv(s: Any) -> tuple[Part, int]:
-            part = shard_to_part(s, fcols, lcols)
-            return part, part_rows(part)
-
-        # num_cpus=0: the actors may hold every CPU
-        remote = ray.remote(num_cpus=0, num_returns=2)(conv)
-        pairs = [remote.remote(r) for r in self.obj.refs]
-        return list(zip([p[0] for p in pairs], ray.get([p[1] for p in pairs]), strict=True))
+        return _convert_on_ray(self.obj.refs, lambda shards: concat_parts([shard_to_part(s, fcols, lcols)
+                                                                           for s in shards]))
 
     def spark_parts(self, spark: Any, need_labels: bool) -> Any:
         local = [self._part(s, need_labels) for s in self.obj.collect()]
@@ -247,17 +238,32 @@ class RayDatasetSource(DataSource):
             self.obj = self.obj.select_columns(fcols + [c for c in lcols if c not in fcols]).materialize()
 
     def ray_refs(self, need_labels: bool) -> list[tuple[Any, int]]:
-        import ray
+        import pyarrow as pa
 
         fcols, lcols = self.columns(need_labels)
+        return _convert_on_ray(self.obj.to_arrow_refs(),
+                               lambda tables: table_to_part(pa.concat_tables(tables), fcols, lcols))
 
-        def conv(t: Any) -> tuple[Part, int]:
-            part = table_to_part(t, fcols, lcols)
-            return part, part_rows(part)
 
-        remote = ray.remote(num_returns=2, num_cpus=0)(conv)
-        pairs = [remote.remote(t) for t in self.obj.to_arrow_refs()]
-        return list(zip([p[0] for p in pairs], ray.get([p[1] for p in pairs]), strict=True))
+def _convert_on_ray(refs: Sequence[Any], convert: Callable[[list[Any]], Part]) -> list[tuple[Any, int]]:
+    """``(ref of a part, rows)`` for the Ray objects ``refs``, converted by ``convert`` (a list of
+    consecutive objects in, one part out) in zero-CPU tasks (the actors may hold every CPU), at most
+    one per CPU of the Ray cluster: a task per object would start a Ray worker process per object
+    (a dataset of 64 small blocks: 64 processes, about a minute on two cores)."""
+    import ray
+
+    if not refs:
+        return []
+    tasks = min(len(refs), max(1, int(ray.cluster_resources().get("CPU", 1))))
+    bounds = np.linspace(0, len(refs), tasks + 1).astype(int)
+
+    def conv(*objs: Any) -> tuple[Part, int]:
+        part = convert(list(objs))
+        return part, part_rows(part)
+
+    remote = ray.remote(num_cpus=0, num_returns=2)(conv)
+    pairs = [remote.remote(*refs[a:b]) for a, b in zip(bounds[:-1], bounds[1:], strict=True)]
+    return list(zip([p[0] for p in pairs], ray.get([p[1] for p in pairs]), strict=True))
 
 
 def _spark_errors(what: str) -> Any:
