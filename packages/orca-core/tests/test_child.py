@@ -36,6 +36,9 @@ class EchoRunner(Runner):
     def add(self, a, b):
         return a + b
 
+    def stall(self):
+        time.sleep(3600)
+
     def fail(self):
         raise ValueError("the model rejected input shape (3, 5)")
 
@@ -150,3 +153,31 @@ def test_spares_exit_when_their_parent_dies_without_cleaning_up(tmp_path):
     subprocess.run([sys.executable, "-c", script], check=True, timeout=60, cwd=os.path.dirname(__file__))
     hosted, spare = (int(p) for p in pids.read_text().split())
     assert _gone(hosted) and _gone(spare)
+
+
+def test_a_child_busy_in_user_code_exits_when_its_parent_is_killed(tmp_path):
+    """The hosted runner hangs in a call (it never reads its pipe) and its parent, a Spark Python
+    worker, is SIGKILLed (Spark stopping a stalled task): the child exits too."""
+    pids = tmp_path / "pids"
+    script = textwrap.dedent(f"""
+        import os, sys, time
+        sys.path[:0] = {sys.path!r}
+        import cloudpickle, test_child
+        from orca.core.engine.child import start_child
+        c = start_child(test_child.EchoRunner, {{}}, test_child.SOLO, keep_spare=False)
+        c.conn.send_bytes(cloudpickle.dumps(("stall", ())))
+        open({str(pids)!r}, "w").write(str(c.process.pid))
+        time.sleep(3600)
+    """)
+    parent = subprocess.Popen([sys.executable, "-c", script], cwd=os.path.dirname(__file__))
+    try:
+        deadline = time.monotonic() + 60
+        while not (pids.exists() and pids.read_text()) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        hosted = int(pids.read_text())
+        time.sleep(0.5)  # the call has reached the runner
+        assert not _gone(hosted, 0.5), "the child should be alive while its parent is"
+    finally:
+        parent.kill()
+        parent.wait(10)
+    assert _gone(hosted), f"the child (pid {hosted}) outlived its killed parent"

@@ -87,3 +87,40 @@ def test_strangers_holding_connections_do_not_lock_the_reporters_out():
         for s in strangers:
             s.close()
         server.close()
+
+
+def test_a_worker_stuck_in_user_code_ends_its_process_when_the_driver_stops_the_call():
+    """A real worker process beats, then hangs in user code (a sleep that never returns): the
+    driver's stop_workers ends it within a few heartbeats, and it says why on stderr. A worker
+    whose call ended normally is not touched."""
+    import subprocess
+    import sys
+
+    server = ProgressServer("127.0.0.1", use_tqdm=False, liveness=Liveness(2, timeout_s=30))
+    script = (
+        "import sys, time\n"
+        "from orca.core.engine.liveness import beat, beating\n"
+        f"with beating({tuple(server.endpoint)!r}, int(sys.argv[1])):\n"
+        "    beat('training', force=True, epoch=1, step=2)\n"
+        "    if sys.argv[1] == '1':\n"
+        "        time.sleep(3600)\n"
+        "print('done', flush=True)\n"
+        "time.sleep(3600)\n"
+    )
+    procs = [subprocess.Popen([sys.executable, "-c", script, str(r)], stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True) for r in (0, 1)]
+    try:
+        assert procs[0].stdout.readline().strip() == "done"  # rank 0 left its call
+        deadline = time.monotonic() + 30
+        while sorted(server.liveness._pids) != [0, 1] and time.monotonic() < deadline:
+            time.sleep(0.05)
+        time.sleep(0.5)  # rank 0's connection has closed on the server
+        assert server.stop_workers() == 1
+        assert procs[1].wait(timeout=10) == 1
+        assert "the driver stopped this call while the worker was training" in procs[1].stderr.read()
+        assert procs[0].poll() is None  # its call had ended: it runs on
+    finally:
+        for p in procs:
+            p.kill()
+            p.wait(10)
+        server.close()

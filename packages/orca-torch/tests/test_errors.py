@@ -56,6 +56,14 @@ def test_model_that_is_neither_module_nor_creator_is_rejected(model):
         Estimator.from_torch(model=model, optimizer=sgd(0.1), loss=nn.MSELoss())
 
 
+@pytest.mark.parametrize("model", [LinearNet(), lambda config: LinearNet()])
+def test_an_optimizer_class_is_refused_on_the_driver_with_the_fix(model):
+    """torch.optim.SGD itself (not an instance): refused at from_torch, not a worker's
+    "'<' not supported between instances of 'dict' and 'float'" at the first fit."""
+    with pytest.raises(TypeError, match=r"the class torch\.optim\.sgd\.SGD.*SGD\(model\.parameters\(\), lr=\.\.\.\)"):
+        Estimator.from_torch(model=model, optimizer=torch.optim.SGD, loss=nn.MSELoss())
+
+
 def test_optimizer_of_another_model_is_rejected():
     other = nn.Linear(2, 2)
     with pytest.raises(ValueError, match="not the model's"):

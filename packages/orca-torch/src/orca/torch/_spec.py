@@ -16,6 +16,10 @@ def describe_optimizer(optimizer: Any, model: Any) -> Any:
         TypeError: neither an Optimizer nor a creator ``f(model, config)``.
         ValueError: an instance whose parameters are not the model's.
     """
+    if isinstance(optimizer, type) and issubclass(optimizer, torch.optim.Optimizer):
+        raise TypeError(f"optimizer is the class {optimizer.__module__}.{optimizer.__name__}, which needs the model's "
+                        f"parameters: pass an instance built from the model, {optimizer.__name__}(model.parameters(), "
+                        f"lr=...), or a creator: lambda model, config: {optimizer.__name__}(model.parameters(), lr=...).")
     if optimizer is None or (callable(optimizer) and not isinstance(optimizer, torch.optim.Optimizer)):
         return optimizer
     if not isinstance(optimizer, torch.optim.Optimizer):

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import importlib
 import multiprocessing as mp
+import os
 import threading
 import traceback
 from collections.abc import Sequence
@@ -35,8 +36,27 @@ _KNOWN = {"ValueError": ValueError, "TypeError": TypeError, "KeyError": KeyError
           "NotImplementedError": NotImplementedError}
 
 
-def _serve(conn: Any, preload: Sequence[str]) -> None:
+def _exit_with_parent(parent: int, every_s: float = 0.5) -> None:
+    """End this process once ``parent`` has gone (checked every ``every_s`` from a daemon thread).
+
+    A child busy in user code never reads its pipe, so it would not see its parent die: a Spark
+    Python worker killed for a stalled task (or by the OOM killer) would leave its child running
+    with the model, its memory and its threads, until the machine restarts.
+    """
+    import time
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(every_s)
+        os._exit(1)
+
+    threading.Thread(target=watch, name="orca-exit-with-parent", daemon=True).start()
+
+
+def _serve(conn: Any, preload: Sequence[str], parent: int | None = None) -> None:
     """The child's loop: preload, wait for the runner, then answer calls until told to exit."""
+    if parent is not None:
+        _exit_with_parent(parent)
     try:
         for name in preload:
             importlib.import_module(name)
@@ -86,7 +106,7 @@ class ChildProcess:
         self.what = what
         self.preload = tuple(preload)
         self.conn, child_conn = ctx.Pipe()
-        self.process = ctx.Process(target=_serve, args=(child_conn, self.preload), daemon=True)
+        self.process = ctx.Process(target=_serve, args=(child_conn, self.preload, os.getpid()), daemon=True)
         self.process.start()
         child_conn.close()  # the child's end lives in the child: its exit then reads as EOF here
         self._ready = False

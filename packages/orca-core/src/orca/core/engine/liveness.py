@@ -149,6 +149,8 @@ class _Beater:
             if version != sent:
                 sent = version
                 self.reporter({"event": "beat", "rank": self.rank, **self.identity, **state})
+            if self.reporter.stopped():
+                _exit_stopped(self.rank, state)
             self._wake.wait(BEAT_S)
             self._wake.clear()
 
@@ -156,6 +158,17 @@ class _Beater:
         self._stop.set()
         self._wake.set()
         self._thread.join(timeout=2)
+
+
+def _exit_stopped(rank: int, state: dict[str, Any]) -> None:
+    """End this worker's process: the driver stopped the call it is part of (a silent peer, a
+    lost worker, Ctrl-C) and its launcher's own kill may not reach code that is busy or stuck."""
+    import sys
+
+    sys.stderr.write(f"Orca worker rank {rank} (pid {os.getpid()}): the driver stopped this call while the "
+                     f"worker was {state.get('phase', 'running')}; the process exits.\n")
+    sys.stderr.flush()
+    os._exit(1)
 
 
 def beat(phase: str, force: bool = False, **info: Any) -> None:

@@ -18,6 +18,7 @@ import hmac
 import json
 import logging
 import secrets
+import select
 import socket
 import threading
 from typing import TYPE_CHECKING, Any
@@ -35,6 +36,8 @@ MAX_LINE = 64 << 10
 MAX_EVENTS = 10_000
 #: how long a connection may stay silent before the server closes it
 IDLE_S = 3600.0
+#: what the driver sends a worker that must end its process (the call was cancelled)
+STOP_LINE = b"stop\n"
 #: how long a new connection has to send its token
 AUTH_S = 5.0
 
@@ -71,6 +74,8 @@ class ProgressServer:
         self._lock = threading.Lock()
         #: accepted connections that have not sent the token yet, oldest first
         self._unauthenticated: collections.deque[socket.socket] = collections.deque()
+        #: connections that sent the token (workers inside the current call)
+        self._workers: set[socket.socket] = set()
         self._stop = threading.Event()
         self._readers: list[threading.Thread] = []
         self._thread = threading.Thread(target=self._serve, name="orca-progress", daemon=True)
@@ -112,6 +117,8 @@ class ProgressServer:
                     return
                 with self._lock, contextlib.suppress(ValueError):
                     self._unauthenticated.remove(conn)
+                with self._lock:
+                    self._workers.add(conn)
                 conn.settimeout(IDLE_S)
                 while True:
                     line = lines.readline(MAX_LINE)
@@ -131,6 +138,8 @@ class ProgressServer:
         finally:
             with self._lock, contextlib.suppress(ValueError):
                 self._unauthenticated.remove(conn)
+            with self._lock:
+                self._workers.discard(conn)
             conn.close()
 
     def _handle(self, event: dict[str, Any]) -> None:
@@ -161,6 +170,21 @@ class ProgressServer:
                 self._bar.set_description(f"epoch {event.get('epoch')}")
             else:
                 log.info("epoch stats: %s", msg)
+
+    def stop_workers(self) -> int:
+        """Tell every worker still inside this call to end its process now (see
+        :meth:`Reporter.stopped`); returns how many were told. For a launcher whose own kill may
+        not reach a worker busy in user code (a cancelled Spark task's Python worker)."""
+        with self._lock:
+            workers = list(self._workers)
+        told = 0
+        for conn in workers:
+            try:
+                conn.sendall(STOP_LINE)
+                told += 1
+            except OSError:
+                pass
+        return told
 
     def close(self) -> None:
         """Stop listening, read what reporters already sent (they close at the end of fit), close the bar."""
@@ -201,6 +225,24 @@ class Reporter:
             self._sock.sendall((json.dumps(event, default=float) + "\n").encode())
         except OSError:
             self._sock = None
+
+    def stopped(self) -> bool:
+        """True once the driver told this worker to stop (:meth:`ProgressServer.stop_workers`);
+        never blocks."""
+        if self._sock is None:
+            return False
+        try:
+            readable, _, _ = select.select([self._sock], [], [], 0)
+            if not readable:
+                return False
+            data = self._sock.recv(len(STOP_LINE), socket.MSG_PEEK)
+        except (OSError, ValueError):
+            return False
+        if not data:  # the driver closed the call's listener: nothing more to read
+            self._sock.close()
+            self._sock = None
+            return False
+        return data == STOP_LINE
 
     def close(self) -> None:
         """Flush pending steps and close."""

@@ -168,10 +168,22 @@ _EXC_LINE = re.compile(r"^[A-Za-z_][\w.]*(Error|Exception|Interrupt|Exit)\b:?")
 _RANK_NOTE = re.compile(r"\(raised by the barrier task of rank (\d+)\)")
 
 
-def _cancel(sc: Any, tag: str, thread: threading.Thread) -> None:
-    """Cancel the jobs tagged ``tag`` and wait (briefly) for ``thread``, which runs them, to see it."""
+def _cancel(sc: Any, tag: str, thread: threading.Thread, server: Any) -> None:
+    """Cancel the jobs tagged ``tag`` and wait (briefly) for ``thread``, which runs them, to see it.
+
+    The workers still in the call are told to end their processes first (``server``: the call's
+    :class:`~orca.core.engine.progress.ProgressServer`): Spark's own kill of a cancelled task's
+    Python worker does not always reach one busy in user code, and such a worker would live on
+    with its memory and threads (and, reused by a later job, hang it)."""
+    _stop_workers(server)
     sc.cancelJobsWithTag(tag)
     thread.join(30)
+
+
+def _stop_workers(server: Any) -> None:
+    stop = getattr(server, "stop_workers", None)
+    if stop is not None:
+        stop()
 
 
 class SparkWorkerGroup(WorkerGroup):
@@ -228,19 +240,21 @@ class SparkWorkerGroup(WorkerGroup):
                 thread.join(0.5)
                 silent = liveness.silent() if liveness is not None and thread.is_alive() else None
                 if silent is not None:
-                    _cancel(sc, tag, thread)
+                    _cancel(sc, tag, thread, self.watch)
                     raise TimeoutError(f"{silent} (during {what})")
                 if rerun and liveness is not None and liveness.restarted:
                     # Spark re-runs a failed barrier stage from the state it was given: the fit would
                     # silently start over; Orca's recovery (max_failures) resumes from the driver's state
-                    _cancel(sc, tag, thread)
+                    _cancel(sc, tag, thread, self.watch)
                     raise WorkerLostError(f"an Orca worker was lost during {what} and Spark started the stage "
                                           f"again (rank {liveness.restarted[0]} started twice); Orca stopped it. "
                                           "Pass max_failures=N to fit to resume from the last completed epoch.")
         except KeyboardInterrupt:
-            _cancel(sc, tag, thread)  # nothing keeps training after Ctrl-C; the driver keeps its state
+            _cancel(sc, tag, thread, self.watch)  # nothing keeps training after Ctrl-C; the driver keeps its state
             raise
         if "error" in box:
+            # a failed barrier stage: the ranks still inside it wait for a peer that is gone
+            _stop_workers(self.watch)
             raise box["error"]
         return box["value"]  # type: ignore[no-any-return]
 
