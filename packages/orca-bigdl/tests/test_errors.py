@@ -55,13 +55,16 @@ def test_a_shape_the_model_cannot_take_is_one_clear_error(spark):
         _est().fit(frame, epochs=1, batch_size=32, feature_cols=["x"], label_cols=["y"])
 
 
-def test_a_session_started_before_the_import_is_named_with_the_fix():
-    """Spark started without BigDL's jars: importing orca.bigdl warns, and the engine refuses to start,
-    both saying to import orca.bigdl first."""
+def test_a_session_orca_did_not_start_is_named_with_the_fix():
+    """Spark started by the user without BigDL's jars (as spark-submit would) and attached to with
+    cluster_mode="spark-submit": importing orca.bigdl warns, and the engine refuses to start, both
+    saying how to give Spark the jars (not py4j's "'JavaPackage' object is not callable")."""
     code = textwrap.dedent("""
         import json, warnings
+        from pyspark.sql import SparkSession
         from orca.core import init_orca_context, stop_orca_context
-        init_orca_context(cores=2)
+        SparkSession.builder.master("local[2]").config("spark.driver.host", "127.0.0.1").getOrCreate()
+        init_orca_context(cluster_mode="spark-submit")
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
             import orca.bigdl
@@ -75,5 +78,6 @@ def test_a_session_started_before_the_import_is_named_with_the_fix():
         print(json.dumps({"warnings": [str(w.message) for w in caught], "error": error}))
     """)
     out = run_python(code, timeout_s=240)
-    assert any("import orca.bigdl before init_orca_context()" in w for w in out["warnings"]), out
-    assert "import orca.bigdl before init_orca_context()" in (out["error"] or "")
+    fix = "Orca did not start it (spark-submit, or a session that was already running)"
+    assert any(fix in w for w in out["warnings"]), out
+    assert fix in (out["error"] or "") and "orca.bigdl.bigdl_jars()" in out["error"], out

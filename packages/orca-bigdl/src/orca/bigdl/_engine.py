@@ -1,9 +1,9 @@
 """BigDL's engine inside Orca's Spark session: its jars, its one-time start, its logs.
 
 BigDL (dllib 2.4, Spark 3 build) trains in the JVM: its jars must be on the class path of the
-Spark session before it starts. Importing :mod:`orca.bigdl` registers them with orca-core
-(:func:`orca.core.context.register_spark_jars`), so ``init_orca_context`` afterwards starts a
-session BigDL can use. :func:`ensure_engine` then starts BigDL's engine once per session and
+Spark session before it starts. orca-bigdl declares them through the ``orca.spark_jars`` entry
+point (and registers them on import, :func:`orca.core.context.register_spark_jars`), so every
+session ``init_orca_context`` starts has them, whatever the import order. :func:`ensure_engine` then starts BigDL's engine once per session and
 keeps Spark's log level where Orca set it.
 """
 
@@ -45,8 +45,9 @@ def quiet() -> Iterator[None]:
         log.debug("%s", buf.getvalue().rstrip())
 
 
-_NO_JARS = ("the Spark session was started without BigDL's jars: import orca.bigdl before init_orca_context() "
-            "(or call stop_orca_context() and init_orca_context() again).")
+_NO_JARS = ("this Spark session has no BigDL jars: Orca did not start it (spark-submit, or a session that was already "
+            "running). Let init_orca_context() start Spark (it adds them), or start Spark with spark.jars (spark-submit "
+            "--jars) set to the paths that orca.bigdl.bigdl_jars() returns.")
 
 
 def _has_jars(sc: Any) -> bool:

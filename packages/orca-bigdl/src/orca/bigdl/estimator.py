@@ -29,6 +29,7 @@ from orca.core.plugin import (
     ShardsSource,
     check_positive_int,
     get_data_source,
+    is_spark_df,
 )
 
 #: metric names -> BigDL validation method class names (in bigdl.dllib.optim.optimizer)
@@ -36,6 +37,27 @@ _METRICS = {"accuracy": "Top1Accuracy", "top1accuracy": "Top1Accuracy", "top5acc
 #: BigDL's names for its validation methods (summary tags, evaluate results) -> Orca's metric names
 _NAMES = {"Top1Accuracy": "accuracy", "Top5Accuracy": "top5accuracy", "MAE": "mae", "Loss": "loss"}
 FEATURES, LABEL = "__orca_features", "__orca_label"
+#: the reference's defaults for a DataFrame's columns (``est.fit(df, 1, batch_size=4)``)
+DEFAULT_FEATURE_COL, DEFAULT_LABEL_COL = "features", "label"
+
+
+def _reference_columns(data: Any, feature_cols: Any, label_cols: Any, need_labels: bool,
+                       arg: str) -> tuple[Any, Any]:
+    """A Spark DataFrame given without columns reads ``features`` (and ``label``), as in the reference.
+
+    Raises:
+        ValueError: such a DataFrame has no column of the default name.
+    """
+    if not is_spark_df(data):
+        return feature_cols, label_cols
+    columns = list(data.columns)
+    for given, default, what in ((feature_cols, DEFAULT_FEATURE_COL, "feature_cols"),
+                                 (label_cols if need_labels else "", DEFAULT_LABEL_COL, "label_cols")):
+        if given is None and default not in columns:
+            raise ValueError(f"{arg} is a Spark DataFrame without a {default!r} column, the default of {what}; "
+                             f"give {what}=[...] naming the column(s). Its columns: {columns}.")
+    return (DEFAULT_FEATURE_COL if feature_cols is None else feature_cols,
+            DEFAULT_LABEL_COL if label_cols is None and need_labels else label_cols)
 
 
 def _metric_name(method: Any) -> str:
@@ -114,6 +136,7 @@ class Estimator:
         """``data`` as a DataFrame with one feature column and (with labels) one label column."""
         from orca.core.context import OrcaContext
 
+        feature_cols, label_cols = _reference_columns(data, feature_cols, label_cols, need_labels, arg)
         src = get_data_source(data, feature_cols=feature_cols, label_cols=label_cols, need_labels=need_labels,
                               arg=arg, allow_creator=False)
         spark = OrcaContext.get_spark_session()
@@ -157,9 +180,10 @@ class Estimator:
                 ``{"x", "y"}`` dicts, or numpy ``(x, y)``.
             epochs: epochs to train in this call.
             batch_size: the global batch; BigDL needs a multiple of its total cores.
-            feature_cols: feature column(s): one array/Vector column, or several numeric or
+            feature_cols: feature column(s) (default for a DataFrame: ``features``, as in the
+                reference): one array/Vector column, or several numeric or
                 array columns (concatenated into one tensor per row).
-            label_cols: the label column(s).
+            label_cols: the label column(s) (default for a DataFrame: ``label``).
             caching_sample: cache the converted samples (BigDL's ``setCachingSample``).
             validation_data: data to evaluate the loss and metrics on (same forms as ``data``).
             validation_trigger: when to validate (a BigDL trigger); default every epoch.
@@ -271,6 +295,7 @@ class Estimator:
         """
         from bigdl.dllib.nnframes import NNModel
 
+        feature_cols, _ = _reference_columns(data, feature_cols, None, False, "data")
         src = get_data_source(data, feature_cols=feature_cols, need_labels=False, arg="data", allow_creator=False)
         ensure_engine()
         check_positive_int("batch_size", batch_size)

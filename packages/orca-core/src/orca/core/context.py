@@ -424,10 +424,32 @@ def register_spark_jars(owner: str, jars: Sequence[str]) -> None:
         _REGISTERED_JARS[owner] = tuple(jars)
 
 
+#: the entry-point group through which an installed framework package names the jars its engine
+#: needs in Spark's JVM: ``name = "module:function"``, the function returning local jar paths
+SPARK_JARS_ENTRY_POINTS = "orca.spark_jars"
+
+
+def _discover_plugin_jars() -> None:
+    """Register the jars of every installed package that declares them (:data:`SPARK_JARS_ENTRY_POINTS`),
+    so a Spark session Orca starts has them whether or not the package was imported first. A
+    plug-in that fails is logged and skipped: its own Estimator then says what is missing."""
+    from importlib.metadata import entry_points
+
+    for ep in entry_points(group=SPARK_JARS_ENTRY_POINTS):
+        if ep.name in _REGISTERED_JARS:
+            continue
+        try:
+            register_spark_jars(ep.name, list(ep.load()()))
+        except Exception as exc:  # noqa: BLE001 - one broken plug-in must not stop Spark from starting
+            log.warning("Orca plug-in %s (%s) could not name its Spark jars: %s", ep.name, ep.value, exc)
+
+
 def _add_registered_jars(entries: dict[str, str]) -> None:
-    """Append the registered jars to ``spark.jars``: the driver loads them and the executors fetch
-    them. Not to ``spark.driver.extraClassPath``, which goes *before* Spark's own jars: a fat jar
-    there (BigDL's bundles an old log4j) would shadow Spark's classes."""
+    """Append the registered jars (and those installed plug-ins declare) to ``spark.jars``: the
+    driver loads them and the executors fetch them. Not to ``spark.driver.extraClassPath``, which
+    goes *before* Spark's own jars: a fat jar there (BigDL's bundles an old log4j) would shadow
+    Spark's classes."""
+    _discover_plugin_jars()
     jars = [j for owned in _REGISTERED_JARS.values() for j in owned]
     if not jars:
         return

@@ -37,7 +37,8 @@ def _cols(value: str | Sequence[str] | None, arg: str) -> list[str] | None:
     return list(value)
 
 
-def _is_spark_df(data: Any) -> bool:
+def is_spark_df(data: Any) -> bool:
+    """True for a Spark DataFrame (classic or Spark Connect)."""
     mod = type(data).__module__
     return mod.startswith("pyspark.sql") and type(data).__name__ == "DataFrame"
 
@@ -164,7 +165,7 @@ def get_data_source(
             return source
     if data is None:
         raise ValueError(f"{arg} is None; pass a Spark DataFrame, an XShards, numpy arrays or a data creator.")
-    if _is_spark_df(data):
+    if is_spark_df(data):
         if not fcols:
             raise ValueError(f"{arg} is a Spark DataFrame: give feature_cols=[...] naming the input column(s).")
         if need_labels and not lcols:
