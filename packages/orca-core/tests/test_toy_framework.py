@@ -26,7 +26,12 @@ from orca.core.plugin import (
     unpack,
 )
 from orca.core.testing.bad_inputs import BadInputConformance
-from orca.core.testing.conformance import NUM_FEATURES, EstimatorConformance
+from orca.core.testing.conformance import (
+    NUM_FEATURES,
+    PARTITION_LAYOUTS,
+    EstimatorConformance,
+    frame_with_layout,
+)
 
 # ---------------------------------------------------------------- the framework (what a plug-in writes)
 
@@ -156,3 +161,45 @@ def test_a_ray_dataset_of_many_small_blocks_trains_and_predicts_in_order(ray_run
         np.testing.assert_allclose(np.asarray(pred).reshape(-1), (x @ model["w"] + model["b"][0]).reshape(-1),
                                    atol=1e-9)
     np.testing.assert_allclose(results[0], results[1], atol=1e-12)
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("backend", ["ray", "spark"])
+def test_any_partition_layout_trains_and_predicts_exactly_as_one_process(spark: Any, backend: str) -> None:
+    """101 rows in every layout of PARTITION_LAYOUTS, as a Spark DataFrame and as an XShards: full-batch
+    gradient descent (batch_size = all rows) does not depend on which worker holds which row, so
+    3 epochs end at the weights of 3 full-batch steps computed here, to 1e-12, and every row is
+    predicted once, in order. No layout hangs, drops or repeats a row. (Partitions reach workers
+    through the engine, the same for every framework: the toy runner stands for all of them.)"""
+    from orca.core.data import XShards
+
+    rng = np.random.default_rng(11)
+    x = rng.normal(size=(101, NUM_FEATURES)).astype(np.float32).astype(np.float64)  # exact in the float32 frame
+    y = (x @ np.array([1.0, -0.5, 2.0, 0.25]) + 0.5).astype(np.float32).astype(np.float64)
+    est = NumpyEstimator.from_numpy(lr=0.1, backend=backend)
+    try:
+        for name, sizes in PARTITION_LAYOUTS.items():
+            bounds = np.cumsum([0, *sizes])
+            parts = list(zip(bounds[:-1], bounds[1:], strict=True))
+            df = frame_with_layout(spark, x, y, sizes)
+            shards = XShards.from_list([{"x": x[a:b], "y": y[a:b, None]} for a, b in parts], backend=backend)
+            for label, data, kw in (("DataFrame", df, {"feature_cols": ["x"], "label_cols": ["y"]}),
+                                    ("XShards", shards, {})):
+                est.set_state({"w": np.zeros(NUM_FEATURES), "b": np.zeros(1)})
+                hist = est.fit(data, epochs=3, batch_size=101, shuffle=False, **kw)
+                assert [h["num_samples"] for h in hist] == [101] * 3, (name, label)
+                w, b = np.zeros(NUM_FEATURES), 0.0
+                for _ in range(3):  # full-batch gradient descent on the mean squared error, by hand
+                    err = x @ w + b - y
+                    w, b = w - 0.1 * 2 * x.T @ err / 101, b - 0.1 * 2 * err.mean()
+                got = est.get_model()
+                np.testing.assert_allclose(got["w"], w, atol=1e-12, err_msg=f"{name} {label}")
+                np.testing.assert_allclose(got["b"], [b], atol=1e-12, err_msg=f"{name} {label}")
+            pred = est.predict(df, feature_cols=["x"]).toPandas().sort_values("id")
+            assert len(pred) == 101 and pred["id"].tolist() == list(range(101)), name
+            np.testing.assert_allclose(np.stack(pred["prediction"].to_numpy()).reshape(-1), x @ w + b, atol=1e-5)
+            out = est.predict(shards)
+            got_rows = np.concatenate([np.asarray(s["prediction"]).reshape(-1) for s in out.collect()])
+            np.testing.assert_allclose(got_rows, x @ w + b, atol=1e-5, err_msg=name)
+    finally:
+        est.shutdown()

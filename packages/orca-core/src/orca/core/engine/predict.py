@@ -227,6 +227,8 @@ def predict_spark_shards(runner_cls: Any, spec: dict[str, Any], state: Any, shar
         for shard in items:
             part = shard_to_part(shard, feature_cols, None, finite=False)
             outs = run_predict(runner, Feed(part["x"]), batch_size)
+            if not outs:  # an empty shard: no batch ran, so the outputs' shapes are unknown here
+                outs = [np.empty((0,), np.float32)] * (len(output_cols) if output_cols else 1)
             yield add_predictions(shard, outs, output_cols)
 
     return type(shards)(rdd.mapPartitions(task))

@@ -45,6 +45,25 @@ def regression_arrays(rows: int = 256, seed: int = 0) -> tuple[np.ndarray, np.nd
     return x, (x @ TRUE_W + TRUE_B).astype(np.float32)
 
 
+#: rows per partition for 2 workers: 1 (= N-1) partition, 3N+1, empty partitions, one worker's share
+#: all empty, a 1:100 skew (N partitions of equal size is every other test's layout)
+PARTITION_LAYOUTS: dict[str, list[int]] = {
+    "one": [101], "3n+1": [15] * 6 + [11], "empty": [0, 60, 0, 0, 41, 0], "all_but_one_empty": [0, 0, 101, 0],
+    "skew_1_100": [1, 100]}
+
+
+def frame_with_layout(spark: Any, x: np.ndarray, y: np.ndarray, sizes: list[int]) -> Any:
+    """A DataFrame ``id, x, y`` of ``x``/``y``'s rows in order whose partitions hold exactly ``sizes`` rows."""
+    bounds = np.cumsum([0, *sizes])
+    parts = list(zip(bounds[:-1].tolist(), bounds[1:].tolist(), strict=True))
+    xs, ys = x.tolist(), y.reshape(-1).tolist()
+    rows = spark.sparkContext.parallelize(range(len(parts)), len(parts)).flatMap(
+        lambda i: [(j, xs[j], float(ys[j])) for j in range(*parts[i])])
+    df = spark.createDataFrame(rows, "id long, x array<float>, y float")
+    assert df.rdd.glom().map(len).collect() == sizes
+    return df
+
+
 class SlowSteps(Callback):
     """Sleeps ``seconds`` after every training step: a slow worker that still makes progress."""
 
@@ -255,6 +274,41 @@ class EstimatorConformance:
             stats = est.evaluate(data["df"], batch_size=64, feature_cols=["x"], label_cols=["y"])
             expected = float(np.mean((self.single_process_predict(est, data["x"]).reshape(-1) - data["y"]) ** 2))
             assert stats["val_loss"] == pytest.approx(expected, rel=1e-3, abs=1e-6)
+
+    @pytest.mark.timeout(300)
+    def test_any_partition_layout_trains_the_same_model_and_predicts_every_row(self, backend: str,
+                                                                               data: dict[str, Any],
+                                                                               orca_context: Any) -> None:
+        """Every layout of :data:`PARTITION_LAYOUTS` (101 rows, 2 workers): a full-batch step does not
+        depend on which worker holds which row, so from the same state every layout ends at the model
+        the one-partition layout ends at (to ``atol``), with all 101 rows counted; every row is
+        predicted once, as the single-process model does. Nothing hangs, drops or repeats a row."""
+        x, y = regression_arrays(101, seed=3)
+        spark = orca_context.spark_session()
+        probe = data["x"][:16]
+        est = self.make_estimator(backend)
+        try:
+            start, models = None, {}
+            for name, sizes in PARTITION_LAYOUTS.items():
+                df = frame_with_layout(spark, x, y, sizes)
+                if self.supports_fit:
+                    cols = {"feature_cols": ["x"], "label_cols": ["y"]}
+                    if start is None:  # one step away from the initial model, so the state is the driver's
+                        est.fit(df, epochs=1, batch_size=101, shuffle=False, **cols)
+                        start = est.get_state()
+                    est.set_state(start)
+                    hist = est.fit(df, epochs=1, batch_size=101, shuffle=False, **cols)
+                    assert hist[-1]["num_samples"] == 101, (name, hist[-1])
+                    models[name] = self.single_process_predict(est, probe).reshape(-1)
+                out = est.predict(df, feature_cols=["x"]).toPandas().sort_values("id")
+                assert out["id"].tolist() == list(range(101)), name
+                np.testing.assert_allclose(np.stack(out["prediction"].to_numpy()).reshape(-1),
+                                           self.single_process_predict(est, x).reshape(-1), atol=self.atol,
+                                           rtol=1e-5, err_msg=name)
+        finally:
+            est.shutdown()
+        for name, got in models.items():
+            np.testing.assert_allclose(got, models["one"], atol=self.atol, rtol=1e-5, err_msg=name)
 
     @pytest.mark.timeout(300)
     def test_worker_failure_surfaces_on_the_driver(self, backend: str, data: dict[str, Any]) -> None:
