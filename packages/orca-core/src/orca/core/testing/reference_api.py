@@ -94,7 +94,8 @@ _TORCH = (
         _a("workers_per_node", default=1),
         _a("scheduler_creator", default=None, note="stepped once per epoch"),
         _a("use_tqdm", DEFAULT, note="True in Orca (a driver-side bar); False hides it"),
-        _a("model_dir", default=None, note="only the default place for checkpoints: no state travels through it"),
+        _a("model_dir", NOOP, note="kept as est.model_dir, nothing is written there: the trained state comes back "
+                                   "to the driver; checkpoints go where ModelCheckpoint/save_checkpoint say"),
         _a("sync_stats", NOOP, default=False, note="stats are always merged exactly over all workers"),
         _a("log_level", NOOP, note="workers log through Python logging; set the `orca` logger's level"),
         _a("log_to_driver", NOOP, note="worker output reaches the driver with init_orca_context(log_output=True)"),
@@ -167,7 +168,8 @@ _TF2 = (
         _a("backend", default="ray"),
         _a("cpu_binding", UNSUPPORTED, note="each worker gets its node's CPUs divided by the workers on it"),
         _a("log_to_driver", UNSUPPORTED, note="use init_orca_context(log_output=True)"),
-        _a("model_dir", default=None, note="optional on every backend (the reference required it for spark)"),
+        _a("model_dir", NOOP, note="optional on every backend (the reference's spark backend required it to pass "
+                                   "the state): the trained state comes back to the driver"),
         _a("seed", ORCA_ONLY, note="seeds model creation and shuffling on every worker (0)"),
     )),
     Method("Estimator.fit", "orca.tf:Estimator.fit", (
@@ -357,10 +359,10 @@ _OPENVINO = (
 
 _CORE = (
     Method("init_orca_context", "orca.core:init_orca_context", (
-        _a("cluster_mode", DEFAULT, note="`local` here; the reference's None attached to a running SparkContext "
-                                         "(here: cluster_mode='spark-submit')"),
+        _a("cluster_mode", DEFAULT, note="`local` here; the reference's None used a running SparkContext if there "
+                                         "was one (here: cluster_mode='spark-submit'), else local"),
         _a("runtime", default="spark", note="second in the reference, fifth here: pass by keyword"),
-        _a("cores", DEFAULT, note="2 here (the reference: all local cores)"), _a("memory", default="2g"),
+        _a("cores", DEFAULT, note="2 here (the reference: all cores in local mode, 2 per node elsewhere)"), _a("memory", default="2g"),
         _a("num_nodes", default=1), _a("init_ray_on_spark", default=False),
         _a("init_executor_gateway", UNSUPPORTED, note="no executor gateway is needed"),
         _a("conf", default=None),
@@ -428,10 +430,14 @@ PENDING: tuple[tuple[str, str], ...] = (
     ("Estimator.from_graph(*, inputs, outputs, labels, loss, optimizer, metrics, clip_norm, clip_value, updates, "
      "sess, model_dir)", "being added (TF1 path)"),
     ("Estimator.from_keras(keras_model, metrics, model_dir, optimizer)", "being added (TF1 path)"),
-    ("fit(data, epochs, batch_size, feature_cols, label_cols, validation_data, session_config, "
-     "checkpoint_trigger, auto_shard_files) of a TF1 Estimator", "being added (TF1 path)"),
-    ("set_tensorboard(log_dir, app_name), get_train_summary(tag), get_validation_summary(tag), gradient "
-     "clipping setters, load_orca_checkpoint of a TF1 Estimator", "being added (TF1 path)"),
+    ("Estimator.fit(data, epochs, batch_size, feature_cols, label_cols, validation_data, session_config, "
+     "checkpoint_trigger, auto_shard_files)", "being added (TF1 path): the fit of the two above"),
+    ("Estimator.set_tensorboard(log_dir, app_name)", "being added (TF1 path)"),
+    ("Estimator.get_train_summary(tag), Estimator.get_validation_summary(tag)", "being added (TF1 path)"),
+    ("Estimator.set_constant_gradient_clipping(min, max), Estimator.set_l2_norm_gradient_clipping(clip_norm), "
+     "Estimator.clear_gradient_clipping()", "being added (TF1 path)"),
+    ("Estimator.load_orca_checkpoint(path, version)", "being added (TF1 path)"),
+    ("EveryEpoch(), SeveralIteration(n) triggers", "being added (TF1 path)"),
 )
 
 
@@ -542,13 +548,12 @@ def _row(arg: Arg) -> str:
 
 def markdown() -> str:
     """The reference-diff page (docs/reference-diff.md) rendered from :data:`REFERENCE_API`."""
-    out = [DOC_HEADER]
+    out = [DOC_HEADER.rstrip("\n")]
     for framework in ("torch", "tf", "mxnet", "bigdl", "openvino", "core"):
-        out.append(f"\n## {_TITLES[framework]}\n")
+        out.append(f"\n## {_TITLES[framework]}")
         if framework == "tf":
-            out.append("\nTF 1.15 path of the reference, being added (TF1 path):\n")
+            out.append("\nThe reference's TF 1.15 path:\n")
             out += [f"- `{call}`: {why}" for call, why in PENDING]
-            out.append("")
         missing = [m for m in REFERENCE_API[framework] if m.missing]
         for method in REFERENCE_API[framework]:
             if method.missing:
@@ -560,9 +565,9 @@ def markdown() -> str:
                 facts.append(f"positional: {method.positional}" if method.positional else "keyword arguments")
             if method.note:
                 facts.append(method.note)
-            out.append("; ".join(facts) + ".\n")
+            out.append("; ".join(facts) + ".")
             if method.args:
-                out += ["| reference argument | Orca | reason, what to do |", "|---|---|---|"]
+                out += ["", "| reference argument | Orca | reason, what to do |", "|---|---|---|"]
                 out += [_row(a) for a in method.args]
         if missing:
             out += ["\n### Not in Orca\n", "| reference call | what to do |", "|---|---|"]
