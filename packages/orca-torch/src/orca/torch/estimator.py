@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 from typing import Any
 
@@ -39,7 +40,7 @@ class Estimator(BaseEstimator):
     def from_torch(
         cls,
         *,
-        model: nn.Module | Any,
+        model: nn.Module | Any = None,
         optimizer: torch.optim.Optimizer | Any = None,
         loss: nn.Module | Any = None,
         metrics: Any = None,
@@ -51,6 +52,8 @@ class Estimator(BaseEstimator):
         sync_stats: bool = False,
         use_tqdm: bool = True,
         seed: int | None = 0,
+        log_level: int = logging.INFO,
+        log_to_driver: bool = True,
     ) -> Estimator:
         """Build an Estimator from a torch model.
 
@@ -77,6 +80,10 @@ class Estimator(BaseEstimator):
                 over all workers (exact sums, not per-worker means), so every worker reports the same.
             use_tqdm: show a progress bar on the driver.
             seed: seeds model creation and shuffling on every worker (``None``: unseeded).
+            log_level: accepted so the reference's calls run; has no effect (workers log through
+                Python logging: set the level of the ``orca`` logger).
+            log_to_driver: accepted so the reference's calls run; has no effect (worker output
+                reaches the driver with ``init_orca_context(log_output=True)``).
 
         Returns:
             The Estimator. No worker starts until the first call that needs one.
@@ -90,6 +97,7 @@ class Estimator(BaseEstimator):
             ...     m.parameters(), lr=0.1), loss=nn.MSELoss(), backend="spark")  # doctest: +SKIP
             >>> est.fit(df, epochs=2, batch_size=64, feature_cols=["x"], label_cols=["y"])  # doctest: +SKIP
         """
+        del log_level, log_to_driver  # the reference's logging switches: see the docstring
         if model is not None:
             check_model(model)
         check_loss(loss)
