@@ -11,8 +11,9 @@ from orca.tf import Estimator
 v1 = tf.compat.v1
 
 
-def mlp_graph(n_in=4, hidden=5, optimizer=None):
-    """A small tanh MLP regression graph with seeded initializers; returns its endpoints."""
+def mlp_graph(n_in=4, hidden=5, optimizer=None, running=False):
+    """A small tanh MLP regression graph with seeded initializers; returns its endpoints (with
+    ``running``, also an update op keeping a moving mean of the inputs, as batch norm would)."""
     g = tf.Graph()
     with g.as_default():
         x = v1.placeholder(tf.float32, (None, n_in), name="x")
@@ -23,7 +24,11 @@ def mlp_graph(n_in=4, hidden=5, optimizer=None):
         pred = tf.identity(tf.matmul(tf.tanh(tf.matmul(x, w1) + b1), w2)[:, 0], name="pred")
         loss = tf.reduce_mean((pred - y) ** 2)
         opt = optimizer() if optimizer is not None else v1.train.MomentumOptimizer(0.1, 0.9)
-    return {"graph": g, "inputs": x, "outputs": pred, "labels": y, "loss": loss, "optimizer": opt}
+        extra = {}
+        if running:
+            avg = v1.get_variable("running_mean", (), initializer=v1.zeros_initializer(), trainable=False)
+            extra["updates"] = [v1.assign(avg, 0.5 * avg + 0.5 * tf.reduce_mean(x))]
+    return {"graph": g, "inputs": x, "outputs": pred, "labels": y, "loss": loss, "optimizer": opt, **extra}
 
 
 def regression(rows, seed=0):
@@ -53,7 +58,8 @@ def single_process_steps(start, x, y, steps, clip_norm=None):
 
 def from_graph(ep, **kw):
     return Estimator.from_graph(inputs=ep["inputs"], outputs=ep["outputs"], labels=ep["labels"], loss=ep["loss"],
-                                optimizer=ep["optimizer"], workers_per_node=2, verbose=0, **kw)
+                                optimizer=ep["optimizer"], updates=ep.get("updates"), workers_per_node=2, verbose=0,
+                                **kw)
 
 
 @pytest.mark.timeout(300)
@@ -81,10 +87,11 @@ def test_from_graph_data_parallel_steps_equal_one_process_on_uneven_shares(orca_
 
 
 @pytest.mark.timeout(300)
-def test_from_graph_clips_the_global_gradient_as_one_process(orca_context):
-    """clip_norm applies to the all-reduced gradient: the same as clipping one process's gradient."""
+def test_from_graph_clips_the_global_gradient_and_averages_updates(orca_context):
+    """clip_norm applies to the all-reduced gradient: the same as clipping one process's gradient;
+    what ``updates`` changed on each worker (a moving mean) is averaged over the workers."""
     x, y = regression(13, seed=1)
-    est = from_graph(mlp_graph(), backend="spark", clip_norm=0.5)
+    est = from_graph(mlp_graph(running=True), backend="spark", clip_norm=0.5)
     start = est.get_model()
     try:
         est.fit((x, y), epochs=1, batch_size=13, shuffle=False)
@@ -94,6 +101,9 @@ def test_from_graph_clips_the_global_gradient_as_one_process(orca_context):
     want = single_process_steps(start, x, y, [slice(0, 13)], clip_norm=0.5)
     unclipped = single_process_steps(start, x, y, [slice(0, 13)])
     assert not np.allclose(want["w1"], unclipped["w1"], atol=1e-4)  # the clip bites
+    # rows 0-6 on rank 0, 7-12 on rank 1: one update each from 0, then the mean of the two
+    running = (0.5 * x[:7].mean() + 0.5 * x[7:].mean()) / 2
+    assert got.pop("running_mean") == pytest.approx(running, abs=1e-6)
     for name, value in want.items():
         np.testing.assert_allclose(got[name], value, atol=1e-6, err_msg=name)
 
