@@ -167,10 +167,12 @@ def test_lenet_on_digits_from_a_dataframe_learns_and_evaluate_matches_predict(or
 @pytest.mark.timeout(300)
 def test_save_load_round_trip_keeps_predictions(orca_context, tmp_path):
     x, y = regression(40, seed=2)
-    est = from_graph(mlp_graph(), backend="spark")
+    est = from_graph(mlp_graph(), backend="spark", metrics={"mae": "mae"})  # one of orca.core's metrics
     try:
         est.fit((x, y), epochs=2, batch_size=8)
         before = est.predict(x, batch_size=16)
+        stats = est.evaluate((x, y), batch_size=16)
+        assert stats["mae"] == pytest.approx(float(np.abs(before - y).mean()), abs=1e-5)
         prefix = est.save(str(tmp_path / "ckpt" / "model"))
         trained = est.get_model()
     finally:
