@@ -64,3 +64,48 @@ def build_optimizer(model: Any) -> None:
             opt.build(model.trainable_variables)
     elif not getattr(opt, "built", False):
         opt.build(model.trainable_variables)
+
+
+def model_to_spec(model: Any) -> dict[str, Any]:
+    """A compiled model as plain data: its config and compile config (JSON) and its weights.
+
+    ``from_keras(keras_model=...)`` ships this, not the model object: the workers rebuild the
+    model with :func:`model_from_spec` (no pickled code travels).
+    """
+    import json
+
+    legacy = is_legacy(model)
+    try:
+        if legacy:
+            config = {"class_name": type(model).__name__, "config": model.get_config()}
+        else:
+            import keras
+
+            config = keras.saving.serialize_keras_object(model)
+        compile_config = model.get_compile_config()
+    except (AttributeError, NotImplementedError, TypeError, ValueError) as exc:
+        raise ValueError(f"keras_model: the model or its compile configuration cannot be serialized ({exc}); "
+                         "pass model_creator= (a function building the model on each worker) instead.") from None
+    try:
+        blob = {"model": json.dumps(config), "compile": json.dumps(compile_config)}
+    except TypeError as exc:
+        raise ValueError(f"keras_model: its configuration is not plain data ({exc}); pass model_creator= "
+                         "instead.") from None
+    return {**blob, "legacy": legacy, "weights": [w.copy() for w in model.get_weights()]}
+
+
+def model_from_spec(spec: dict[str, Any], config: dict[str, Any]) -> Any:
+    """Rebuild, re-weight and re-compile a model from :func:`model_to_spec` (a model creator)."""
+    import json
+
+    if spec["legacy"]:
+        import tf_keras
+
+        model = tf_keras.models.model_from_config(json.loads(spec["model"]))
+    else:
+        import keras
+
+        model = keras.saving.deserialize_keras_object(json.loads(spec["model"]))
+    model.set_weights(spec["weights"])
+    model.compile_from_config(json.loads(spec["compile"]))
+    return model

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from orca.core.plugin import (
     Backend,
@@ -19,6 +19,9 @@ from orca.core.plugin import (
     solo_runner,
 )
 from orca.tf.runner import BigDLKerasRunner, KerasRunner
+
+if TYPE_CHECKING:
+    from orca.tf.graph_estimator import GraphEstimator
 
 #: engine stats that are not Keras history keys
 _ENGINE_KEYS = ("train_loss", "epoch", "num_samples", "batch_count", "epoch_time_s")
@@ -73,7 +76,8 @@ class Estimator(BaseEstimator):
     def from_keras(
         cls,
         *,
-        model_creator: Callable[[dict[str, Any]], Any],
+        model_creator: Callable[[dict[str, Any]], Any] | None = None,
+        keras_model: Any = None,
         config: dict[str, Any] | None = None,
         compile_args_creator: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
         workers_per_node: int = 1,
@@ -82,11 +86,17 @@ class Estimator(BaseEstimator):
         verbose: int = 1,
         seed: int | None = 0,
     ) -> Estimator:
-        """Build an Estimator from a Keras model creator.
+        """Build an Estimator from a Keras model creator (TF2 style) or a compiled model (TF1 style).
 
         Args:
             model_creator: ``f(config)`` returning a compiled ``keras.Model`` (Keras 3, or tf_keras
                 for Keras 2). It runs on every worker.
+            keras_model: a compiled ``keras.Model`` (Keras 3 or tf_keras), instead of
+                ``model_creator``: its architecture (``get_config``), weights and compile
+                configuration (optimizer, loss, metrics) are copied as plain data and every worker
+                rebuilds it from them (no pickled code travels); it then trains exactly as a
+                creator's model. The model object itself is not changed: ``get_model`` returns the
+                trained copy. Custom layers must be registered Keras serializables.
             config: a dict handed to the creators and to data creators.
             compile_args_creator: ``f(config)`` returning ``model.compile`` keyword arguments, for a
                 creator that returns an uncompiled model.
@@ -105,7 +115,10 @@ class Estimator(BaseEstimator):
 
         Raises:
             ValueError: an unknown backend.
-            TypeError: ``model_creator`` or ``compile_args_creator`` is not callable.
+            TypeError: ``model_creator`` or ``compile_args_creator`` is not callable, or
+                ``keras_model`` is not a Keras model.
+            ValueError: both or neither of ``model_creator`` and ``keras_model``; ``keras_model``
+                is not compiled or cannot be serialized.
 
         Example:
             >>> def model_creator(config):
@@ -115,6 +128,11 @@ class Estimator(BaseEstimator):
             >>> est = Estimator.from_keras(model_creator=model_creator, backend="spark")  # doctest: +SKIP
             >>> est.fit(df, epochs=2, batch_size=64, feature_cols=["x"], label_cols=["y"])  # doctest: +SKIP
         """
+        if (model_creator is None) == (keras_model is None):
+            raise ValueError("pass exactly one of model_creator= (a function f(config) returning a compiled "
+                             "keras.Model) and keras_model= (a compiled keras.Model).")
+        if keras_model is not None:
+            model_creator = _creator_of(keras_model)
         if not callable(model_creator) or isinstance(model_creator, type):
             raise TypeError(f"model_creator must be a function f(config) returning a compiled keras.Model, got "
                             f"{type(model_creator).__name__}.")
@@ -124,6 +142,93 @@ class Estimator(BaseEstimator):
                                 "config": dict(config or {}), "seed": seed}
         return cls(spec=spec, backend=backend, workers_per_node=workers_per_node, model_dir=model_dir,
                    use_tqdm=bool(verbose))
+
+    @classmethod
+    def from_graph(
+        cls,
+        *,
+        inputs: Any,
+        outputs: Any,
+        labels: Any = None,
+        loss: Any = None,
+        optimizer: Any = None,
+        metrics: Any = None,
+        clip_norm: float | None = None,
+        clip_value: float | tuple[float, float] | None = None,
+        updates: Any = None,
+        sess: Any = None,
+        model_dir: str | None = None,
+        backend: str = "spark",
+        workers_per_node: int = 1,
+        verbose: int = 1,
+        seed: int | None = 0,
+    ) -> GraphEstimator:
+        """Build an Estimator from a ``tf.compat.v1`` graph (TF1 style: placeholders, a loss tensor,
+        a ``tf.compat.v1.train`` optimizer).
+
+        The graph is serialized (a MetaGraph protobuf) with the training ops added to a private
+        copy; every worker rebuilds it, computes the gradient of ``loss`` on its share of each
+        global batch, all-reduces it with :mod:`orca.core.sync` and applies it with
+        ``optimizer``: the step equals one process's step on the global batch.
+
+        Args:
+            inputs: the input placeholder(s), fed from ``feature_cols`` (or ``x``) in order.
+            outputs: the output tensor(s): what ``predict`` returns.
+            labels: the label placeholder(s), fed from ``label_cols`` (or ``y``); needed to fit
+                and evaluate.
+            loss: a scalar tensor, the batch's mean loss (needed to fit).
+            optimizer: a ``tf.compat.v1.train.Optimizer`` (e.g. ``AdamOptimizer()``).
+            metrics: ``{name: scalar tensor}`` holding a batch's mean (e.g. accuracy), merged
+                exactly as the row-weighted mean over all batches; a value may also be one of
+                orca.core's metrics (``"accuracy"``, a ``Metric``), computed on the first output.
+            clip_norm: clip the all-reduced gradients to this global L2 norm.
+            clip_value: clip each all-reduced gradient element to ``[-v, v]`` (or ``(min, max)``);
+                applied before ``clip_norm``.
+            updates: ops to run with each training step (e.g. batch-norm moving averages); what
+                they change is averaged over the workers at each epoch end.
+            sess: a ``tf.compat.v1.Session`` whose variable values are the starting point
+                (default: the variables' initializers).
+            model_dir: default directory for checkpoints.
+            backend: ``"spark"`` (Spark barrier tasks) or ``"ray"`` (Ray actors).
+            workers_per_node: workers on each node.
+            verbose: 0 hides the driver's progress bar.
+            seed: the graph seed on every worker (``None``: unseeded).
+
+        Returns:
+            A :class:`~orca.tf.graph_estimator.GraphEstimator`: ``fit``, ``evaluate``,
+            ``predict``, ``save``/``load`` (a TF checkpoint), ``get_model`` (the variable values).
+
+        Raises:
+            TypeError: an endpoint is not a graph tensor, or ``optimizer`` is not a
+                ``tf.compat.v1.train.Optimizer``.
+            ValueError: endpoints from different graphs, a non-scalar loss or metric, an
+                optimizer without a loss, bad clipping values, an unknown backend.
+
+        Example:
+            >>> x = tf.compat.v1.placeholder(tf.float32, (None, 4))  # doctest: +SKIP
+            >>> y = tf.compat.v1.placeholder(tf.float32, (None,))  # doctest: +SKIP
+            >>> w = tf.compat.v1.get_variable("w", (4, 1))  # doctest: +SKIP
+            >>> pred = tf.matmul(x, w)[:, 0]  # doctest: +SKIP
+            >>> est = Estimator.from_graph(inputs=x, outputs=pred, labels=y,  # doctest: +SKIP
+            ...     loss=tf.reduce_mean((pred - y) ** 2),
+            ...     optimizer=tf.compat.v1.train.GradientDescentOptimizer(0.1))
+            >>> est.fit(df, epochs=2, batch_size=64, feature_cols=["x"], label_cols=["y"])  # doctest: +SKIP
+        """
+        from orca.tf import _graph
+        from orca.tf.graph_estimator import GraphEstimator
+
+        if backend not in GraphEstimator.backends:
+            raise ValueError(f"backend={backend!r} is not a from_graph backend; use one of "
+                             f"{sorted(GraphEstimator.backends)}.")
+        norm, bounds = _graph.check_clip(clip_norm, clip_value)
+        ins = _graph.tensors(inputs, "inputs")
+        graph_metrics, engine_metrics = _graph.split_metrics(metrics, ins[0].graph)
+        graph_spec, initial = _graph.build_spec(
+            inputs=inputs, outputs=outputs, labels=labels, loss=loss, optimizer=optimizer, metrics=graph_metrics,
+            clip_norm=norm, clip_value=bounds, updates=updates, sess=sess)
+        spec = {"graph": graph_spec, "config": {}, "seed": seed}
+        return GraphEstimator(spec=spec, initial=initial, backend=backend, workers_per_node=workers_per_node,
+                              metrics=engine_metrics, model_dir=model_dir, use_tqdm=bool(verbose))
 
     # ------------------------------------------------------------ data
     def extra_adapters(self) -> Sequence[Any]:
@@ -338,6 +443,22 @@ class Estimator(BaseEstimator):
         model.load_weights(filepath)
         state = dict(self.get_state() or {}, weights=model.get_weights())
         self.set_state(state)
+
+
+def _creator_of(keras_model: Any) -> Callable[[dict[str, Any]], Any]:
+    """A model creator rebuilding ``keras_model`` from plain data (an importable function plus
+    the model's config, compile config and weights)."""
+    import functools
+
+    from orca.tf import _keras
+
+    if not (hasattr(keras_model, "trainable_variables") and hasattr(keras_model, "get_config")):
+        raise TypeError(f"keras_model must be a compiled keras.Model (Keras 3 or tf_keras), got "
+                        f"{type(keras_model).__name__}.")
+    if not _keras.is_compiled(keras_model):
+        raise ValueError("keras_model is not compiled: call keras_model.compile(optimizer=..., loss=..., "
+                         "metrics=...) first.")
+    return functools.partial(_keras.model_from_spec, _keras.model_to_spec(keras_model))
 
 
 def _format_of(filepath: str) -> str:

@@ -277,7 +277,8 @@ class KerasRunner(Runner):
         live = [s for s in states if s and s["rows"]]
         if not live:
             return {}
-        if any(not m.variables for m in _keras.compiled_metrics(self.model)):  # build them on one real row
+        built = _keras.compiled_metrics(self.model)  # tf_keras lists none before its first update
+        if not built or any(not m.variables for m in built):  # build them on one real row
             x, y = live[0]["sample"]
             xs, ys = _inputs(x), _inputs(y)
             self.model.compute_metrics(xs, ys, self.model(xs, training=False), None)

@@ -1,0 +1,63 @@
+"""orca-core's Estimator conformance suite (behaviour, liveness, recovery from killed workers)
+run against the TF1 graph Estimator, ``Estimator.from_graph``, on its default backend."""
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from orca.core.testing.conformance import EstimatorConformance
+from orca.tf import Estimator
+
+v1 = tf.compat.v1
+
+
+def linear_graph():
+    """The suite's 4-input linear regression as a tf.compat.v1 graph."""
+    g = tf.Graph()
+    with g.as_default():
+        x = v1.placeholder(tf.float32, (None, 4), name="x")
+        y = v1.placeholder(tf.float32, (None,), name="y")
+        w = v1.get_variable("w", (4, 1), initializer=v1.zeros_initializer())
+        b = v1.get_variable("b", (1,), initializer=v1.zeros_initializer())
+        pred = tf.identity((tf.matmul(x, w) + b)[:, 0], name="pred")
+        loss = tf.reduce_mean((pred - y) ** 2)
+    return x, y, pred, loss
+
+
+class TestGraphConformance(EstimatorConformance):
+    _trained = None
+
+    @pytest.fixture(scope="class", params=["spark"])
+    @classmethod
+    def backend(cls, request):
+        return request.param
+
+    @pytest.fixture(scope="class")
+    @classmethod
+    def trained(cls, backend, data):
+        """One trained Estimator for the tests that only read it (as test_conformance.py does)."""
+        est = cls._new(backend)
+        est._conformance_history = est.fit(data["df"], epochs=cls.epochs, batch_size=cls.batch_size,
+                                           feature_cols=["x"], label_cols=["y"])
+        cls._trained = est
+        yield est
+        cls._trained = None
+        est.shutdown()
+
+    def make_estimator(self, backend):
+        live = type(self)._trained
+        if live is not None:  # one worker group at a time on a 2-core machine
+            live.shutdown()
+        return self._new(backend)
+
+    @staticmethod
+    def _new(backend):
+        x, y, pred, loss = linear_graph()
+        return Estimator.from_graph(inputs=x, outputs=pred, labels=y, loss=loss,
+                                    optimizer=v1.train.GradientDescentOptimizer(0.05), backend=backend,
+                                    workers_per_node=2, verbose=0)
+
+    def single_process_predict(self, est, x):
+        """The trained variables in plain numpy: ``x @ w + b``."""
+        model = est.get_model()
+        return np.asarray(x, np.float32) @ model["w"][:, 0] + model["b"][0]
