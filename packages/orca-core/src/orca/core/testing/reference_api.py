@@ -162,7 +162,9 @@ _TORCH = (
 _KERAS_ONLY = "Keras option Orca does not pass on"
 _TF2 = (
     Method("Estimator.from_keras", "orca.tf:Estimator.from_keras", (
-        _a("model_creator", note="required here; from_keras(keras_model=...) is the TF1 path, being added"),
+        _a("model_creator", default=None, note="or keras_model="),
+        _a("keras_model", default=None, note="the reference's TF1 from_keras: a compiled model, trained as a "
+                                             "model_creator would be (its config, compile config and weights travel)"),
         _a("config", default=None), _a("verbose", DEFAULT, note="1 in Orca (the driver's progress bar)"),
         _a("workers_per_node", default=1), _a("compile_args_creator", default=None),
         _a("backend", default="ray"),
@@ -425,11 +427,13 @@ REFERENCE_API: dict[str, tuple[Method, ...]] = {
     "core": _CORE, "torch": _TORCH, "tf": _TF2, "mxnet": _MXNET, "bigdl": _BIGDL, "openvino": _OPENVINO,
 }
 
-#: the reference's TF 1.15 path: not checked yet, being added (issue #16)
+#: the reference's TF 1.15 path: from_graph and keras_model= exist (issue #16); not checked argument by argument yet
 PENDING: tuple[tuple[str, str], ...] = (
     ("Estimator.from_graph(*, inputs, outputs, labels, loss, optimizer, metrics, clip_norm, clip_value, updates, "
-     "sess, model_dir)", "being added (TF1 path)"),
-    ("Estimator.from_keras(keras_model, metrics, model_dir, optimizer)", "being added (TF1 path)"),
+     "sess, model_dir)", "available with these arguments (plus backend, workers_per_node, verbose, seed); not yet "
+     "checked here argument by argument"),
+    ("Estimator.from_keras(keras_model, metrics, model_dir, optimizer)", "keras_model= and model_dir= are "
+     "accepted (see from_keras above); the metrics= and optimizer= overrides are not: compile the model with them"),
     ("Estimator.fit(data, epochs, batch_size, feature_cols, label_cols, validation_data, session_config, "
      "checkpoint_trigger, auto_shard_files)", "being added (TF1 path): the fit of the two above"),
     ("Estimator.set_tensorboard(log_dir, app_name)", "being added (TF1 path)"),
