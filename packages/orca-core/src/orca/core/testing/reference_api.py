@@ -464,6 +464,14 @@ def _parameters(obj: Any) -> list[inspect.Parameter]:
     return params
 
 
+def assert_matches_reference(framework: str) -> None:
+    """Fail (AssertionError listing every disagreement) unless :data:`REFERENCE_API` ``[framework]``
+    holds calls and all of them agree with Orca's real signatures; what each package's test runs."""
+    assert REFERENCE_API[framework], f"no reference calls recorded for {framework}"
+    problems = signature_problems(framework)
+    assert not problems, "reference_api data and Orca differ:\n" + "\n".join(problems)
+
+
 def signature_problems(framework: str) -> list[str]:
     """Every disagreement between :data:`REFERENCE_API` ``[framework]`` and Orca's real signatures.
 
