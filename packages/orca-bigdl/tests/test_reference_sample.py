@@ -64,6 +64,7 @@ def test_the_reference_bigdl_sample_runs_as_written_in_either_import_order(tmp_p
     assert got["max_err"] < 1e-5, got  # the predictions are the trained model's own
 
 
+@pytest.mark.timeout(120)
 def test_a_dataframe_without_the_default_columns_names_them_and_the_fix(spark):
     from bigdl.dllib.nn.criterion import MSECriterion
     from bigdl.dllib.nn.layer import Linear, Sequential
