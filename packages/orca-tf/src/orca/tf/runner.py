@@ -86,14 +86,18 @@ class KerasRunner(Runner):
         keras.utils.set_random_seed(seed)  # also resets Keras 3's global SeedGenerator
 
     def setup(self, rendezvous: Rendezvous) -> None:
-        # the strategy (TF's collectives) is configured before TF's first op, seeding included;
-        # epoch stats, the initial weights and, on the bigdl backend, the gradients go through the
-        # base Runner's sync group (in the parent process when this runner lives in a child)
+        # The strategy (TF's collectives) is configured before TF's first op, seeding included.
+        # With a strategy, the initial weights go through it and the sync group (epoch stats) is
+        # joined last, as a child's parent joins it after the child set up: so ranks hosted in a
+        # child (a reused Spark worker) and ranks hosted in place wait on each other in one order.
+        # On the bigdl backend (orca_sync) the sync group carries the weights and gradients.
         if rendezvous.world_size > 1 and not self.orca_sync:
             self.strategy = _sync.join(rendezvous, self.threads)
         else:
             _sync.set_threads(self.threads)
-        super().setup(rendezvous)
+        self.begin_setup(rendezvous)
+        if self.strategy is None:
+            self.join_group()
         self.model = build_model(self.spec, self.config)
         self.legacy = _keras.is_legacy(self.model)
         self.fit_options: dict[str, Any] = {}
@@ -105,6 +109,7 @@ class KerasRunner(Runner):
         self._rows = 0
         if self.model.built:
             self._broadcast_weights()
+        self.join_group()
 
     # ------------------------------------------------------------ sync
     def _broadcast_weights(self) -> None:
@@ -115,7 +120,7 @@ class KerasRunner(Runner):
         weights = self.model.get_weights()
         if not weights:
             return
-        if self.group is not None:
+        if self.strategy is None:
             self.model.set_weights(self.broadcast_arrays(weights))
             return
         flat = pack(weights) if self.rank == 0 else np.zeros(sum(w.size for w in weights))

@@ -227,11 +227,14 @@ class ChildRunner(Runner):
         self.child: ChildProcess | None = None
 
     def setup(self, rendezvous: Rendezvous) -> None:
+        # The child's runner sets up first (its framework's collective), then this process joins
+        # the sync group: the order a runner hosted in-process keeps (Runner.needs_child), so
+        # ranks hosted here and ranks hosted in place wait for each other in the same order.
+        self.child = start_child(self.runner_cls, self.spec, rendezvous, preload=self.runner_cls.child_preload,
+                                 timeout_s=self.timeout_s, what=f"the {self.runner_cls.__name__} worker process")
         super().setup(rendezvous)
         self.local.rendezvous, self.local.rank, self.local.world = rendezvous, self.rank, self.world
         self.local.group = self.group
-        self.child = start_child(self.runner_cls, self.spec, rendezvous, preload=self.runner_cls.child_preload,
-                                 timeout_s=self.timeout_s, what=f"the {self.runner_cls.__name__} worker process")
 
     def shutdown(self) -> None:
         if self.child is not None:

@@ -134,18 +134,36 @@ class Runner(abc.ABC):
     @classmethod
     def needs_child(cls, spec: dict[str, Any], rendezvous: Rendezvous) -> bool:
         """True when this process cannot host the runner and a fresh child process must
-        (e.g. TensorFlow configures its collectives once per process). Default: never."""
+        (e.g. TensorFlow configures its collectives once per process). Default: never.
+
+        In one group some ranks may be hosted in a child and others in place, so the runner's
+        ``setup`` must wait on its peers in the order a child's does: everything the framework's
+        own collective needs first, then :meth:`join_group` last (a child's parent joins the sync
+        group after the child has set up).
+        """
         return False
 
     def setup(self, rendezvous: Rendezvous) -> None:
-        """Build the model and join the group. Subclasses call this first."""
+        """Build the model and join the group. Subclasses call this first (or, to wait on
+        their framework's collective before the sync group, :meth:`begin_setup` first and
+        :meth:`join_group` last)."""
+        self.begin_setup(rendezvous)
+        self.join_group()
+
+    def begin_setup(self, rendezvous: Rendezvous) -> None:
+        """Take this worker's place in ``rendezvous`` and seed the generators (no peer waits)."""
         self.rendezvous = rendezvous
         self.rank, self.world = rendezvous.rank, rendezvous.world_size
         seed = self.spec.get("seed")
         if seed is not None:
             np.random.seed(int(seed))
             self.seed_framework(int(seed))
-        if self.world > 1 and self.trains and not self.spec.get("in_child"):
+
+    def join_group(self) -> None:
+        """Join the group's sync layer (:mod:`orca.core.sync`); waits for every peer."""
+        rendezvous = self.rendezvous
+        if rendezvous is not None and self.world > 1 and self.trains and not self.spec.get("in_child") \
+                and self.group is None:
             # a child's parent holds the group (see orca.core.engine.child)
             from orca.core.sync import SyncGroup
 
