@@ -40,12 +40,21 @@ def test_bad_data_fails_on_the_driver_fast(spark, bad, kind, match):
     assert est._group is None or not est._group.started  # refused on the driver: no worker started
 
 
-def test_a_tf_dataset_instance_is_rejected_with_the_fix():
+def test_a_tf_dataset_that_cannot_travel_is_refused_with_the_fix():
+    """A pipeline calling Python cannot be shipped as a graph; dict elements and an endless
+    repeat are refused too, each on the driver with what to do instead."""
     import tensorflow as tf
 
     est = Estimator.from_keras(model_creator=linear_creator(), backend="spark", verbose=0)
-    with pytest.raises(TypeError, match="data creator"):
-        est.fit(tf.data.Dataset.range(3), epochs=1)
+    x = np.zeros((6, 4), np.float32)
+    calls_python = tf.data.Dataset.from_tensor_slices(x).map(lambda a: tf.py_function(lambda t: t, [a], tf.float32))
+    with pytest.raises(TypeError, match="py_function.*data creator"):
+        est.fit(calls_python, epochs=1)
+    with pytest.raises(TypeError, match="dicts.*tuples"):
+        est.fit(tf.data.Dataset.from_tensor_slices({"x": x, "y": x[:, 0]}), epochs=1)
+    with pytest.raises(ValueError, match="infinite.*repeat"):
+        est.fit(tf.data.Dataset.from_tensor_slices((x, x[:, 0])).repeat(), epochs=1)
+    assert est._group is None
 
 
 def test_wrong_input_shape_fails_in_the_workers_with_one_clear_error(orca_context, backend):

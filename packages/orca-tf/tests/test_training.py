@@ -182,3 +182,26 @@ def test_native_dataset_with_rows_no_worker_count_divides_equals_one_process(orc
     ref.fit(x, y[:, None], batch_size=8, epochs=2, shuffle=False, verbose=0)
     for g, w in zip(got, ref.get_weights(), strict=True):
         np.testing.assert_allclose(g, w, atol=1e-6)
+
+
+def test_a_bare_tf_data_dataset_trains_as_one_process_reading_it_in_order(orca_context):
+    """A tf.data.Dataset itself (the reference's fit(data=dataset)) travels as its graph, map
+    included, and is batched by fit's batch_size: the same steps as plain Keras on it (1e-6)."""
+    import tensorflow as tf
+
+    creator = linear_creator(lr=0.1, n_in=4, metrics=())
+    x, y = regression(rows=41, seed=6)
+    ds = tf.data.Dataset.from_tensor_slices((x, y / 2.0)).map(lambda a, b: (a, b[None] * 2.0))
+    est = Estimator.from_keras(model_creator=creator, backend="spark", workers_per_node=2, verbose=0)
+    try:
+        hist = est.fit(ds, epochs=2, batch_size=8)
+        got = est.get_model().get_weights()
+        stats = est.evaluate(ds, batch_size=8)
+    finally:
+        est.shutdown()
+    assert [h["num_samples"] for h in hist] == [41, 41] and stats["num_samples"] == 41
+    ref = creator({})
+    ref.fit(x, y[:, None], batch_size=8, epochs=2, shuffle=False, verbose=0)
+    for g, w in zip(got, ref.get_weights(), strict=True):
+        np.testing.assert_allclose(g, w, atol=1e-6)
+    assert stats["loss"] == pytest.approx(float(ref.evaluate(x, y[:, None], verbose=0)), abs=1e-5)

@@ -18,6 +18,7 @@ from orca.core.plugin import (
     get_data_source,
     solo_runner,
 )
+from orca.tf._dataset import dataset_adapter
 from orca.tf.runner import BigDLKerasRunner, KerasRunner
 
 if TYPE_CHECKING:
@@ -232,14 +233,7 @@ class Estimator(BaseEstimator):
 
     # ------------------------------------------------------------ data
     def extra_adapters(self) -> Sequence[Any]:
-        """Reject a bare ``tf.data.Dataset`` with the fix: wrap it in a data creator."""
-
-        def dataset_adapter(data: Any) -> DataSource | None:
-            if type(data).__module__.startswith("tensorflow") and hasattr(data, "element_spec"):
-                raise TypeError("a tf.data.Dataset cannot be shipped to the workers; pass a data creator "
-                                "f(config, batch_size) that builds and batches it.")
-            return None
-
+        """A bare ``tf.data.Dataset`` travels as its graph (see :mod:`orca.tf._dataset`)."""
         return (dataset_adapter,)
 
     def _source(self, data: Any, feature_cols: Any, label_cols: Any, need_labels: bool, arg: str) -> DataSource:
@@ -275,9 +269,10 @@ class Estimator(BaseEstimator):
 
         Args:
             data: a Spark DataFrame (with ``feature_cols``/``label_cols``), an XShards, numpy data
-                (an array, ``(x, y)`` or ``{"x": ..., "y": ...}``), or a data creator
-                ``f(config, batch_size)`` returning a batched ``tf.data.Dataset`` (``batch_size`` is
-                then the per-worker batch).
+                (an array, ``(x, y)`` or ``{"x": ..., "y": ...}``), a ``tf.data.Dataset`` of
+                ``(features, labels)`` rows (batched here by ``batch_size``; it travels as its graph,
+                see :mod:`orca.tf._dataset`), or a data creator ``f(config, batch_size)`` returning a
+                batched ``tf.data.Dataset`` (``batch_size`` is then the per-worker batch).
             epochs: the epoch to train up to (Keras' meaning: ``epochs - initial_epoch`` epochs run).
             batch_size: the global batch size, split across the workers.
             steps_per_epoch: steps of a data-creator epoch (needed when its dataset's size is

@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 
 from orca.core.plugin import Backend, BaseEstimator, History, Runner, declare, get_data_source, solo_runner
+from orca.tf._dataset import dataset_adapter
 from orca.tf.graph_runner import GraphRunner
 
 
@@ -40,11 +41,8 @@ class GraphEstimator(BaseEstimator):
         self.set_state(initial)
 
     def _source(self, data: Any, feature_cols: Any, label_cols: Any, need_labels: bool, arg: str) -> Any:
-        if type(data).__module__.startswith("tensorflow") and hasattr(data, "element_spec"):
-            raise TypeError("data: a tf.data.Dataset cannot be shipped to the workers; pass a Spark DataFrame, "
-                            "an XShards of {'x', 'y'} dicts or numpy arrays.")
         return get_data_source(data, feature_cols=feature_cols, label_cols=label_cols, need_labels=need_labels,
-                               arg=arg)
+                               arg=arg, extra_adapters=(dataset_adapter,))
 
     def _metric_runner(self) -> Runner | None:
         return GraphRunner(self.spec)  # merging graph metrics needs no session
@@ -65,7 +63,11 @@ class GraphEstimator(BaseEstimator):
         """Train data-parallel: each step applies exactly the global batch's gradient of ``loss``.
 
         Args:
-            data: a Spark DataFrame, an XShards of ``{"x", "y"}`` dicts, or numpy ``(x, y)``.
+            data: a Spark DataFrame, an XShards of ``{"x", "y"}`` dicts, numpy ``(x, y)``, a
+                ``tf.data.Dataset`` of ``(features, labels)`` rows (batched here by ``batch_size``;
+                it travels as its graph, see :mod:`orca.tf._dataset`) or a data creator
+                ``f(config, batch_size)`` returning a batched ``tf.data.Dataset`` (``batch_size`` is
+                then the per-worker batch).
             epochs: passes over the data.
             batch_size: the global batch size, split across the workers.
             feature_cols: DataFrame columns feeding ``inputs`` (in order).

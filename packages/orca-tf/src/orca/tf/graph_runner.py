@@ -18,11 +18,13 @@ worker sums ``value * rows``, the driver divides the sum of the sums by all the 
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
 
 from orca.core.plugin import Batch, Rendezvous, Runner
+from orca.tf._dataset import dataset_batches
 from orca.tf._graph import feed_arrays
 
 
@@ -116,6 +118,12 @@ class GraphRunner(Runner):
 
     def predict_batch(self, batch: Batch) -> list[np.ndarray]:
         return [np.asarray(o) for o in self.sess.run(self.outputs, self._feed(batch, labels=False))]
+
+    def native_batches(self, creator: Any, batch_size: int, training: bool,
+                       steps: int | None = None) -> Iterator[Batch]:
+        """This rank's batches of the creator's batched ``tf.data.Dataset`` (see
+        :func:`orca.tf._dataset.dataset_batches`)."""
+        return dataset_batches(creator(self.config, batch_size), self.world, self.rank, steps)
 
     def on_epoch_end(self, epoch: int) -> None:
         """Average what ``updates`` changed (moving statistics) over the workers."""

@@ -18,6 +18,7 @@ import numpy as np
 
 from orca.core.plugin import Batch, Rendezvous, Runner, pack, unpack
 from orca.tf import _keras, _sync
+from orca.tf._dataset import dataset_batches
 
 #: Keras callbacks that write files: they run on the chief (rank 0) only
 WRITERS = ("ModelCheckpoint", "TensorBoard", "CSVLogger", "BackupAndRestore")
@@ -324,28 +325,9 @@ class KerasRunner(Runner):
 
     def native_batches(self, creator: Any, batch_size: int, training: bool,
                        steps: int | None = None) -> Iterator[Batch]:
-        """This rank's batches of the creator's batched ``tf.data.Dataset``: batches ``rank, rank +
-        world, ...`` (no batch repeated or padded; the engine keeps the ranks in lock-step), at most
-        ``steps`` of them."""
-        import tensorflow as tf
-
-        ds = creator(self.config, batch_size)
-        if not isinstance(ds, tf.data.Dataset):
-            raise TypeError(f"the data creator returned {type(ds).__name__}; return a batched tf.data.Dataset.")
-        if int(ds.cardinality()) == tf.data.INFINITE_CARDINALITY and steps is None:
-            raise ValueError("the data creator's dataset is infinite; pass steps_per_epoch (and validation_steps) "
-                             "to fit.")
-        if self.world > 1:
-            ds = ds.shard(self.world, self.rank)
-        if steps is not None:
-            ds = ds.take(steps)
-        for item in ds.as_numpy_iterator():
-            if isinstance(item, dict):
-                raise TypeError("a dataset of dicts is not supported; yield (features, labels) tuples.")
-            items = list(item) if isinstance(item, tuple) else [item]
-            x, y = items[0], items[1:2]
-            xs = list(x) if isinstance(x, tuple) else [x]
-            yield Batch(x=xs, y=[np.asarray(a) for a in y], size=len(xs[0]))
+        """This rank's batches of the creator's batched ``tf.data.Dataset`` (see
+        :func:`orca.tf._dataset.dataset_batches`)."""
+        return dataset_batches(creator(self.config, batch_size), self.world, self.rank, steps)
 
     # ------------------------------------------------------------ state
     def weights(self) -> list[np.ndarray]:
