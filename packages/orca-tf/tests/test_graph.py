@@ -37,11 +37,13 @@ def regression(rows, seed=0):
     return x, (x @ np.array([1.5, -2.0, 0.5, 3.0], np.float32) + 0.25).astype(np.float32)
 
 
-def single_process_steps(start, x, y, steps, clip_norm=None):
+def single_process_steps(start, x, y, steps, clip_norm=None, clip_value=None):
     """The same graph trained in one plain tf.compat.v1 session, one step per global batch."""
     ep = mlp_graph()
     with ep["graph"].as_default():
         grads_vars = ep["optimizer"].compute_gradients(ep["loss"])
+        if clip_value is not None:
+            grads_vars = [(tf.clip_by_value(g, *clip_value), v) for g, v in grads_vars]
         if clip_norm is not None:
             clipped, _ = tf.clip_by_global_norm([g for g, _ in grads_vars], clip_norm)
             grads_vars = list(zip(clipped, [v for _, v in grads_vars], strict=True))
@@ -96,8 +98,25 @@ def test_from_graph_clips_the_global_gradient_and_averages_updates(orca_context)
     try:
         est.fit((x, y), epochs=1, batch_size=13, shuffle=False)
         got = est.get_model()
+        # the reference's setters change the clipping of the next steps (no new graph)
+        est.clear_gradient_clipping()
+        est.fit((x, y), epochs=1, batch_size=13, shuffle=False)
+        cleared = est.get_model()
+        est.set_constant_gradient_clipping(-0.05, 0.05)
+        est.fit((x, y), epochs=1, batch_size=13, shuffle=False)
+        by_value = est.get_model()
+        with pytest.raises(ValueError, match="clip_value"):
+            est.set_constant_gradient_clipping(1.0, -1.0)
+        with pytest.raises(ValueError, match="clip_norm"):
+            est.set_l2_norm_gradient_clipping(0)
     finally:
         est.shutdown()
+    for before, after, clip in ((got, cleared, {}), (cleared, by_value, {"clip_value": (-0.05, 0.05)})):
+        want_next = single_process_steps(before, x, y, [slice(0, 13)], **clip)
+        for name, value in want_next.items():
+            np.testing.assert_allclose(after[name], value, atol=1e-6, err_msg=name)
+    unclipped_next = single_process_steps(cleared, x, y, [slice(0, 13)])
+    assert not np.allclose(unclipped_next["w1"], by_value["w1"], atol=1e-4)  # the value clip bites
     want = single_process_steps(start, x, y, [slice(0, 13)], clip_norm=0.5)
     unclipped = single_process_steps(start, x, y, [slice(0, 13)])
     assert not np.allclose(want["w1"], unclipped["w1"], atol=1e-4)  # the clip bites

@@ -8,7 +8,8 @@ into a private graph, and the training ops are added to the copy:
 
 - ``flat_grad``: the gradients of ``loss`` with respect to every trainable variable that has
   one, cast to float32 and concatenated (one fetch a step);
-- ``grad_in`` → clipping (``clip_value`` then ``clip_norm``, on the all-reduced gradient) →
+- ``grad_in`` → clipping (``clip_value`` then ``clip_norm``, on the all-reduced gradient; fed
+  with each step from the Estimator's settings, so the clipping setters need no new graph) →
   ``optimizer.apply_gradients`` → ``apply_op`` (one feed a step);
 - an assign op per variable (``set_state``) and one initializer.
 """
@@ -102,9 +103,37 @@ def split_metrics(metrics: Any, graph: Any) -> tuple[dict[str, Any], Any]:
     return found, (engine or None)
 
 
+def clip_feed(clip: Mapping[str, Any] | None) -> dict[str, Any]:
+    """Values for the clipping placeholders (by name) of the settings ``{"norm", "value"}``;
+    the placeholders' defaults leave the gradient as it is."""
+    clip = clip or {}
+    feed: dict[str, Any] = {}
+    if clip.get("value") is not None:
+        lo, hi = clip["value"]
+        feed.update({"orca_clip/by_value:0": True, "orca_clip/lo:0": lo, "orca_clip/hi:0": hi})
+    if clip.get("norm") is not None:
+        feed.update({"orca_clip/by_norm:0": True, "orca_clip/norm:0": clip["norm"]})
+    return feed
+
+
+def _clipping(flat: Any) -> Any:
+    """``flat`` (the float32 all-reduced gradient) clipped by the fed settings (see :func:`clip_feed`):
+    each element to ``[lo, hi]``, then the whole to a global L2 norm, as ``tf.clip_by_global_norm``."""
+    import tensorflow as tf
+
+    v1 = tf.compat.v1
+    with tf.name_scope("orca_clip/"):
+        by_value = v1.placeholder_with_default(False, [], name="by_value")
+        lo = v1.placeholder_with_default(np.float32(0), [], name="lo")
+        hi = v1.placeholder_with_default(np.float32(0), [], name="hi")
+        by_norm = v1.placeholder_with_default(False, [], name="by_norm")
+        norm = v1.placeholder_with_default(np.float32(1), [], name="norm")
+        flat = tf.cond(by_value, lambda: tf.clip_by_value(flat, lo, hi), lambda: flat)
+        return tf.cond(by_norm, lambda: flat * (norm / tf.maximum(tf.norm(flat), norm)), lambda: flat)
+
+
 def build_spec(*, inputs: Any, outputs: Any, labels: Any, loss: Any, optimizer: Any, metrics: dict[str, Any],
-               clip_norm: float | None, clip_value: tuple[float, float] | None, updates: Any,
-               sess: Any) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
+               updates: Any, sess: Any) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
     """Copy the user's graph, add the training ops, and return ``(graph spec, initial variable values)``.
 
     The arguments are those of ``Estimator.from_graph`` (``metrics`` already the graph metrics).
@@ -165,11 +194,7 @@ def build_spec(*, inputs: Any, outputs: Any, labels: Any, loss: Any, optimizer: 
             flat = tf.concat([tf.reshape(tf.cast(gr, tf.float32), [-1]) for gr in grads], 0, name="orca_flat_grad")
             grad_in = v1.placeholder(tf.float32, [sum(sizes)], name="orca_grad_in")
             parts = [tf.cast(tf.reshape(p, v.shape), v.dtype.base_dtype)
-                     for p, v in zip(tf.split(grad_in, sizes), tvars, strict=True)]
-            if clip_value is not None:
-                parts = [tf.clip_by_value(p, *clip_value) for p in parts]
-            if clip_norm is not None:
-                parts, _ = tf.clip_by_global_norm(parts, clip_norm)
+                     for p, v in zip(tf.split(_clipping(grad_in), sizes), tvars, strict=True)]
             apply_op = optimizer.apply_gradients(list(zip(parts, tvars, strict=True)), name="orca_apply")
             opt_vars = {v.op.name for v in optimizer.variables()}
             variables = g.get_collection(v1.GraphKeys.GLOBAL_VARIABLES)

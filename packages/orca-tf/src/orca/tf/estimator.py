@@ -226,8 +226,8 @@ class Estimator(BaseEstimator):
         graph_metrics, engine_metrics = _graph.split_metrics(metrics, ins[0].graph)
         graph_spec, initial = _graph.build_spec(
             inputs=inputs, outputs=outputs, labels=labels, loss=loss, optimizer=optimizer, metrics=graph_metrics,
-            clip_norm=norm, clip_value=bounds, updates=updates, sess=sess)
-        spec = {"graph": graph_spec, "config": {}, "seed": seed}
+            updates=updates, sess=sess)
+        spec = {"graph": graph_spec, "config": {}, "seed": seed, "clip": {"norm": norm, "value": bounds}}
         return GraphEstimator(spec=spec, initial=initial, backend=backend, workers_per_node=workers_per_node,
                               metrics=engine_metrics, model_dir=model_dir, use_tqdm=bool(verbose))
 

@@ -104,6 +104,32 @@ class GraphEstimator(BaseEstimator):
         stats = super().evaluate(data, batch_size=batch_size, feature_cols=feature_cols, label_cols=label_cols)
         return {**{k[4:]: v for k, v in stats.items() if k.startswith("val_")}, **stats}
 
+    # ------------------------------------------------------------ gradient clipping
+    def set_constant_gradient_clipping(self, min: float, max: float) -> None:  # noqa: A002 - the reference's names
+        """Clip every element of the all-reduced gradient to ``[min, max]`` from the next step on
+        (applied before an L2-norm clipping; replaces ``clip_value=``)."""
+        from orca.tf._graph import check_clip
+
+        _, bounds = check_clip(None, (min, max))
+        self._set_clip(value=bounds)
+
+    def set_l2_norm_gradient_clipping(self, clip_norm: float) -> None:
+        """Scale the all-reduced gradient down to a global L2 norm of at most ``clip_norm`` from the
+        next step on (replaces ``clip_norm=``)."""
+        from orca.tf._graph import check_clip
+
+        norm, _ = check_clip(clip_norm, None)
+        self._set_clip(norm=norm)
+
+    def clear_gradient_clipping(self) -> None:
+        """No gradient clipping from the next step on."""
+        self._set_clip(norm=None, value=None)
+
+    def _set_clip(self, **changes: Any) -> None:
+        clip = {**self.spec.get("clip", {}), **changes}
+        if clip != self.spec.get("clip"):
+            self._replace_spec(dict(self.spec, clip=clip))  # the workers restart from the driver's state
+
     # ------------------------------------------------------------ model I/O
     def _runner(self) -> GraphRunner:
         """The driver's session on the graph, holding the current variable values."""

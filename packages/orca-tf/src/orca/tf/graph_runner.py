@@ -25,7 +25,7 @@ import numpy as np
 
 from orca.core.plugin import Batch, Rendezvous, Runner
 from orca.tf._dataset import dataset_batches
-from orca.tf._graph import feed_arrays
+from orca.tf._graph import clip_feed, feed_arrays
 
 
 class GraphRunner(Runner):
@@ -56,6 +56,7 @@ class GraphRunner(Runner):
         self.grad_in = el(g["grad_in"]) if g["grad_in"] else None
         self.apply_op = el(g["apply_op"]) if g["apply_op"] else None
         self.grad_size = int(self.grad_in.shape[0]) if self.grad_in is not None else 0
+        self.clip_feed = {el(name): value for name, value in clip_feed(self.spec.get("clip")).items()}
         by_name = {v.op.name: v for v in self.tf_graph.get_collection(v1.GraphKeys.GLOBAL_VARIABLES)}
         self.variables = [by_name[n] for n in g["variables"]]
         self.assign = {n: (el(ph), el(op)) for n, (ph, op) in g["assign"].items()}
@@ -107,7 +108,7 @@ class GraphRunner(Runner):
         else:  # no rows in this step: the all-reduce still needs this rank's (zero) share
             flat = np.zeros(self.grad_size, np.float32)
         self.allreduce_mean_(flat)
-        self.sess.run(self.apply_op, {self.grad_in: flat})
+        self.sess.run(self.apply_op, {self.grad_in: flat, **self.clip_feed})
         return value
 
     def eval_batch(self, batch: Batch) -> tuple[float, list[np.ndarray]]:
