@@ -236,8 +236,16 @@ def test_save_load_round_trip_keeps_predictions(orca_context, tmp_path):
         assert stats["mae"] == pytest.approx(float(np.abs(before - y).mean()), abs=1e-5)
         prefix = est.save(str(tmp_path / "ckpt" / "model"))
         trained = est.get_model()
+        exported = est.export_saved_model(str(tmp_path / "serving"))
+        with pytest.raises(FileExistsError, match="overwrite=True"):
+            est.export_saved_model(exported)
+        est.export_saved_model(exported, overwrite=True)
     finally:
         est.shutdown()
+    # TF Serving's view: the SavedModel's serving signature gives the Estimator's predictions
+    served = tf.saved_model.load(exported).signatures["serving_default"](x=tf.constant(x))["pred"].numpy()
+    np.testing.assert_allclose(served, before, atol=1e-6)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ckpt", "serving"]  # no temporary left beside it
     # a plain TF reader sees the trained values under the graph's variable names
     reader = tf.train.load_checkpoint(prefix)
     np.testing.assert_array_equal(reader.get_tensor("w1"), trained["w1"])

@@ -163,6 +163,45 @@ class GraphEstimator(BaseEstimator):
         os.makedirs(parent, exist_ok=True)
         return self._runner().save_tf_checkpoint(checkpoint_path)
 
+    def export_saved_model(self, export_dir: str, overwrite: bool = False) -> str:
+        """Export the trained graph as a SavedModel for serving (TF Serving, ``tf.saved_model.load``).
+
+        The ``serving_default`` signature maps the graph's ``inputs`` to its ``outputs``, each
+        keyed by its op name (``x`` for ``tf.compat.v1.placeholder(..., name="x")``). The export
+        is written beside ``export_dir`` and moved into place once complete: a failure never
+        leaves a half-written directory, nor removes one that stood there.
+
+        Args:
+            export_dir: a local directory path; it must not exist unless ``overwrite``.
+            overwrite: replace an existing export at ``export_dir``.
+
+        Returns:
+            ``export_dir``.
+
+        Raises:
+            FileExistsError: ``export_dir`` exists and ``overwrite`` is False.
+        """
+        import shutil
+        import uuid
+
+        target = os.path.abspath(export_dir)
+        if os.path.exists(target) and not overwrite:
+            raise FileExistsError(f"{export_dir!r} exists; pass overwrite=True to replace it, or another directory.")
+        os.makedirs(os.path.dirname(target), exist_ok=True)
+        tmp = f"{target}.tmp-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+        try:
+            self._runner().export_saved_model(tmp)
+            if os.path.exists(target):
+                old = f"{tmp}.old"
+                os.rename(target, old)
+                os.rename(tmp, target)
+                shutil.rmtree(old, ignore_errors=True)
+            else:
+                os.rename(tmp, target)
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+        return export_dir
+
     def load(self, checkpoint_path: str) -> None:
         """Load variable values from a TF checkpoint (written by :meth:`save` or a ``Saver`` on the
         same graph); every variable of the graph must be in it.

@@ -173,6 +173,20 @@ class GraphRunner(Runner):
         ops = [self.assign[n][1] for n in state]
         self.sess.run(ops, {self.assign[n][0]: np.asarray(v) for n, v in state.items()})
 
+    def export_saved_model(self, export_dir: str) -> None:
+        """Write a SavedModel (TF1 format, tag ``serve``) with a ``serving_default`` signature from
+        the graph's inputs to its outputs, keyed by their op names, to the new directory ``export_dir``."""
+        import tensorflow as tf
+
+        v1 = tf.compat.v1
+        with self.tf_graph.as_default():
+            signature = v1.saved_model.predict_signature_def(
+                inputs={t.op.name: t for t in self.inputs}, outputs={t.op.name: t for t in self.outputs})
+            builder = v1.saved_model.Builder(export_dir)
+            builder.add_meta_graph_and_variables(self.sess, [v1.saved_model.SERVING], strip_default_attrs=True,
+                                                 signature_def_map={"serving_default": signature})
+            builder.save()
+
     def save_tf_checkpoint(self, path: str) -> str:
         """Write the variables as a TF checkpoint (``path.index``/``path.data-*``, and the graph
         as ``path.meta``), the files ``tf.compat.v1.train.Saver`` reads."""
