@@ -277,14 +277,23 @@ def keras_model(flavour):
 
 
 @pytest.mark.timeout(300)
-@pytest.mark.parametrize("flavour", ["keras3", "tf_keras"])
-def test_from_keras_compiled_model_step_equals_train_on_batch(orca_context, flavour):
+@pytest.mark.parametrize("flavour, overrides", [("keras3", False), ("keras3", True), ("tf_keras", True)])
+def test_from_keras_compiled_model_step_equals_train_on_batch(orca_context, flavour, overrides):
     """keras_model= ships the architecture, weights and compile config as data; two steps on 2
-    workers over 7 + 6 rows equal plain Keras' train_on_batch on the global batch."""
+    workers over 7 + 6 rows equal plain Keras' train_on_batch on the global batch. With the
+    reference's optimizer= and metrics= overrides, a model compiled otherwise trains and
+    evaluates as one compiled with them."""
     x, y = regression(13, seed=3)
     model = keras_model(flavour)
     start = [w.copy() for w in model.get_weights()]
-    est = Estimator.from_keras(keras_model=model, backend="spark", workers_per_node=2, verbose=0)
+    if overrides:
+        keras = __import__("keras" if flavour == "keras3" else "tf_keras")
+        given = keras_model(flavour)  # the same architecture and weights (seeded) ...
+        given.compile(optimizer="adam", loss="mse")  # ... compiled otherwise
+        est = Estimator.from_keras(keras_model=given, backend="spark", workers_per_node=2, verbose=0,
+                                   optimizer=keras.optimizers.SGD(0.1, momentum=0.9), metrics=["mae"])
+    else:
+        est = Estimator.from_keras(keras_model=model, backend="spark", workers_per_node=2, verbose=0)
     try:
         est.fit((x, y), epochs=2, batch_size=13, shuffle=False)
         assert len(set(est.worker_weight_digests())) == 1
@@ -313,7 +322,16 @@ def test_bad_inputs_are_refused_on_the_driver_naming_the_argument():
         Estimator.from_graph(inputs=ep["inputs"], outputs=ep["outputs"], labels=ep["labels"], loss=other["loss"],
                              optimizer=ep["optimizer"])
     import keras
+    import tf_keras
 
+    legacy = tf_keras.Sequential([tf_keras.Input((4,)), tf_keras.layers.Dense(1)])
+    legacy.compile(optimizer="sgd", loss="mse")
+    with pytest.raises(TypeError, match="optimizer must be a name or a tf_keras optimizer"):
+        Estimator.from_keras(keras_model=legacy, optimizer=keras.optimizers.SGD(0.1))
+    with pytest.raises(TypeError, match="metrics must be a list"):
+        Estimator.from_keras(keras_model=legacy, metrics="mae")
+    with pytest.raises(ValueError, match="override a keras_model"):
+        Estimator.from_keras(model_creator=lambda config: legacy, optimizer="sgd")
     with pytest.raises(TypeError, match="optimizer must be a tf.compat.v1.train.Optimizer"):
         Estimator.from_graph(inputs=ep["inputs"], outputs=ep["outputs"], labels=ep["labels"], loss=ep["loss"],
                              optimizer=keras.optimizers.SGD(0.1))

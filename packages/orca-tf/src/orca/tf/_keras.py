@@ -66,11 +66,41 @@ def build_optimizer(model: Any) -> None:
         opt.build(model.trainable_variables)
 
 
-def model_to_spec(model: Any) -> dict[str, Any]:
+def _override(compile_config: dict[str, Any], legacy: bool, optimizer: Any, metrics: Any) -> dict[str, Any]:
+    """``compile_config`` with its optimizer and metrics replaced by ``optimizer``/``metrics`` (if given)."""
+    if optimizer is None and metrics is None:
+        return compile_config
+    if legacy:
+        import tf_keras as flavour
+    else:
+        import keras as flavour  # type: ignore[no-redef]
+    name = "tf_keras" if legacy else "Keras 3"
+
+    def plain(obj: Any, kind: str, module: Any, base: Any) -> Any:
+        if isinstance(obj, str):
+            return obj
+        if not isinstance(obj, base):
+            raise TypeError(f"{kind} must be a name or a {name} {kind} object (the model is a {name} model), got "
+                            f"{type(obj).__module__}.{type(obj).__name__}.")
+        return module.serialize(obj)
+
+    out = dict(compile_config)
+    if optimizer is not None:
+        out["optimizer"] = plain(optimizer, "optimizer", flavour.optimizers, flavour.optimizers.Optimizer)
+    if metrics is not None:
+        if isinstance(metrics, (str, dict)) or not hasattr(metrics, "__iter__"):
+            raise TypeError(f"metrics must be a list of metric names or {name} metric objects, got "
+                            f"{type(metrics).__name__}.")
+        out["metrics"] = [plain(m, "metric", flavour.metrics, flavour.metrics.Metric) for m in metrics]
+    return out
+
+
+def model_to_spec(model: Any, optimizer: Any = None, metrics: Any = None) -> dict[str, Any]:
     """A compiled model as plain data: its config and compile config (JSON) and its weights.
 
     ``from_keras(keras_model=...)`` ships this, not the model object: the workers rebuild the
-    model with :func:`model_from_spec` (no pickled code travels).
+    model with :func:`model_from_spec` (no pickled code travels). ``optimizer``/``metrics``
+    replace the compiled ones.
     """
     import json
 
@@ -86,6 +116,7 @@ def model_to_spec(model: Any) -> dict[str, Any]:
     except (AttributeError, NotImplementedError, TypeError, ValueError) as exc:
         raise ValueError(f"keras_model: the model or its compile configuration cannot be serialized ({exc}); "
                          "pass model_creator= (a function building the model on each worker) instead.") from None
+    compile_config = _override(compile_config, legacy, optimizer, metrics)
     try:
         blob = {"model": json.dumps(config), "compile": json.dumps(compile_config)}
     except TypeError as exc:

@@ -86,6 +86,8 @@ class Estimator(BaseEstimator):
         model_dir: str | None = None,
         verbose: int = 1,
         seed: int | None = 0,
+        metrics: Sequence[Any] | None = None,
+        optimizer: Any = None,
     ) -> Estimator:
         """Build an Estimator from a Keras model creator (TF2 style) or a compiled model (TF1 style).
 
@@ -110,6 +112,10 @@ class Estimator(BaseEstimator):
             model_dir: default directory for checkpoints (a shared filesystem on a cluster).
             verbose: 0 hides the driver's progress bar.
             seed: seeds model creation and shuffling on every worker (``None``: unseeded).
+            metrics: with ``keras_model``, the metrics to train and evaluate with instead of the
+                compiled ones (names or Keras metric objects of the model's Keras flavour).
+            optimizer: with ``keras_model``, the optimizer to train with instead of the compiled
+                one (a name or a Keras optimizer of the model's flavour; it travels as its config).
 
         Returns:
             The Estimator. No worker starts until the first call that needs one.
@@ -117,7 +123,8 @@ class Estimator(BaseEstimator):
         Raises:
             ValueError: an unknown backend.
             TypeError: ``model_creator`` or ``compile_args_creator`` is not callable, or
-                ``keras_model`` is not a Keras model.
+                ``keras_model`` is not a Keras model, or ``optimizer``/``metrics`` are of the other
+                Keras flavour.
             ValueError: both or neither of ``model_creator`` and ``keras_model``; ``keras_model``
                 is not compiled or cannot be serialized.
 
@@ -132,8 +139,11 @@ class Estimator(BaseEstimator):
         if (model_creator is None) == (keras_model is None):
             raise ValueError("pass exactly one of model_creator= (a function f(config) returning a compiled "
                              "keras.Model) and keras_model= (a compiled keras.Model).")
+        if keras_model is None and (optimizer is not None or metrics is not None):
+            raise ValueError("optimizer= and metrics= override a keras_model='s compile settings; with "
+                             "model_creator=, compile the model with them in the creator.")
         if keras_model is not None:
-            model_creator = _creator_of(keras_model)
+            model_creator = _creator_of(keras_model, optimizer, metrics)
         if not callable(model_creator) or isinstance(model_creator, type):
             raise TypeError(f"model_creator must be a function f(config) returning a compiled keras.Model, got "
                             f"{type(model_creator).__name__}.")
@@ -440,9 +450,9 @@ class Estimator(BaseEstimator):
         self.set_state(state)
 
 
-def _creator_of(keras_model: Any) -> Callable[[dict[str, Any]], Any]:
+def _creator_of(keras_model: Any, optimizer: Any = None, metrics: Any = None) -> Callable[[dict[str, Any]], Any]:
     """A model creator rebuilding ``keras_model`` from plain data (an importable function plus
-    the model's config, compile config and weights)."""
+    the model's config, compile config and weights), its optimizer or metrics replaced when given."""
     import functools
 
     from orca.tf import _keras
@@ -453,7 +463,7 @@ def _creator_of(keras_model: Any) -> Callable[[dict[str, Any]], Any]:
     if not _keras.is_compiled(keras_model):
         raise ValueError("keras_model is not compiled: call keras_model.compile(optimizer=..., loss=..., "
                          "metrics=...) first.")
-    return functools.partial(_keras.model_from_spec, _keras.model_to_spec(keras_model))
+    return functools.partial(_keras.model_from_spec, _keras.model_to_spec(keras_model, optimizer, metrics))
 
 
 def _format_of(filepath: str) -> str:

@@ -173,6 +173,9 @@ _TF2 = (
         _a("model_dir", NOOP, note="optional on every backend (the reference's spark backend required it to pass "
                                    "the state): the trained state comes back to the driver"),
         _a("seed", ORCA_ONLY, note="seeds model creation and shuffling on every worker (0)"),
+        _a("metrics", default=None, note="the TF1 from_keras's: with keras_model=, replaces the compiled metrics"),
+        _a("optimizer", default=None, note="the TF1 from_keras's: with keras_model=, replaces the compiled "
+                                           "optimizer (a Keras optimizer of the model's flavour, not a BigDL one)"),
     )),
     Method("Estimator.fit", "orca.tf:Estimator.fit", (
         _a("data"), _a("epochs", default=1), _a("batch_size", default=32),
@@ -466,8 +469,6 @@ REFERENCE_API: dict[str, tuple[Method, ...]] = {
 
 #: the reference's TF 1.15 calls Orca does not have yet (issue #16)
 PENDING: tuple[tuple[str, str], ...] = (
-    ("Estimator.from_keras(keras_model, metrics, model_dir, optimizer)", "keras_model= and model_dir= are "
-     "accepted (see from_keras above); the metrics= and optimizer= overrides are not: compile the model with them"),
     ("Estimator.set_tensorboard(log_dir, app_name), get_train_summary(tag), get_validation_summary(tag)",
      "not yet: fit returns the History of every epoch's loss and metrics"),
     ("Estimator.load_orca_checkpoint(path, version)", "not yet: load(path) reads a TF checkpoint of the graph"),
