@@ -203,3 +203,30 @@ def test_any_partition_layout_trains_and_predicts_exactly_as_one_process(spark: 
             np.testing.assert_allclose(got_rows, x @ w + b, atol=1e-5, err_msg=name)
     finally:
         est.shutdown()
+
+
+@pytest.mark.timeout(120)
+def test_fit_listeners_get_each_epochs_merged_stats_live_and_cannot_break_the_fit(ray_runtime: Any) -> None:
+    """A driver-side listener (what TensorBoard summaries are built on) sees rank 0's events in
+    order, each epoch's the History's own entry; a listener that raises is logged, the fit goes on."""
+    rng = np.random.default_rng(3)
+    x = rng.normal(size=(40, NUM_FEATURES))
+    y = x @ np.array([1.0, -0.5, 2.0, 0.25])
+    est = NumpyEstimator.from_numpy(backend="ray")
+    events: list[dict[str, Any]] = []
+
+    def broken(event: dict[str, Any]) -> None:
+        raise RuntimeError("a listener bug")
+
+    est.use_tqdm = False  # listeners alone turn rank 0's reports on
+    est.fit_listeners += [events.append, broken]
+    try:
+        hist = est.fit({"x": x, "y": y[:, None]}, epochs=3, batch_size=8, validation_data={"x": x, "y": y[:, None]})
+    finally:
+        est.shutdown()
+    kinds = [e["event"] for e in events]
+    assert kinds[0] == "begin" and kinds.count("epoch") == 3
+    assert sum(e.get("n", 0) for e in events if e["event"] == "step") == 3 * 5  # every step of 40 rows / 8
+    epochs = [{k: v for k, v in e.items() if k != "event"} for e in events if e["event"] == "epoch"]
+    for got, want in zip(epochs, hist, strict=True):
+        assert got["epoch"] == want["epoch"] and got["loss"] == want["loss"] and got["val_loss"] == want["val_loss"]

@@ -147,7 +147,7 @@ def lenet_graph():
 
 
 @pytest.mark.timeout(600)
-def test_the_guides_tf1_sample_lenet_on_a_tf_data_dataset_learns_and_evaluate_matches_predict(orca_context):
+def test_the_guides_tf1_sample_lenet_on_a_tf_data_dataset_learns_and_evaluate_matches_predict(orca_context, tmp_path):
     """The reference guide's TF 1.15 sample (section 2.1) as written, digits for MNIST: fit on a
     mapped tf.data.Dataset, predict a DataFrame by feature_cols=['image']; accuracy above 0.9
     on held-out rows, and the metric from evaluate equals one computed from predict's output."""
@@ -178,6 +178,7 @@ def test_the_guides_tf1_sample_lenet_on_a_tf_data_dataset_learns_and_evaluate_ma
                                optimizer=v1.train.AdamOptimizer(0.01),  # the guide's default rate, 0.001, is
                                metrics={"acc": acc},                    # for MNIST's 60,000 rows
                                workers_per_node=2, verbose=0)
+    est.set_tensorboard(str(tmp_path / "logs"), "lenet")  # the reference's TF1 summaries
     try:
         hist = est.fit(data=mnist_train,
                        batch_size=64,
@@ -192,6 +193,14 @@ def test_the_guides_tf1_sample_lenet_on_a_tf_data_dataset_learns_and_evaluate_ma
                                   feature_cols=["image"]).toPandas()
     finally:
         est.shutdown()
+    # one point per epoch at its last iteration, the History's merged values (what TensorBoard shows)
+    steps = np.cumsum([h["batch_count"] for h in hist])
+    loss, val_acc = est.get_train_summary("Loss"), est.get_validation_summary("acc")
+    np.testing.assert_array_equal(loss[:, 0], steps)
+    np.testing.assert_allclose(loss[:, 1], [h["loss"] for h in hist], rtol=1e-6)
+    np.testing.assert_allclose(val_acc[:, 1], [h["val_acc"] for h in hist], rtol=1e-6)
+    assert len(est.get_train_summary("acc")) == max_epoch and (est.get_train_summary("Throughput")[:, 1] > 0).all()
+    assert sorted(p.name for p in (tmp_path / "logs" / "lenet").iterdir()) == ["train", "validation"]
     logits_out = np.stack([np.asarray(p) for p in predictions["prediction"]])
     from_predict = float((logits_out.argmax(1) == predictions["label"].to_numpy()).mean())
     assert stats["acc"] == pytest.approx(from_predict, abs=1e-6)
@@ -339,6 +348,8 @@ def test_bad_inputs_are_refused_on_the_driver_naming_the_argument():
         Estimator.from_graph(inputs=ep["inputs"], outputs=ep["outputs"], optimizer=ep["optimizer"])
     with pytest.raises(ValueError, match="clip_norm"):
         from_graph(ep, clip_norm=-1)
+    with pytest.raises(ValueError, match="set_tensorboard"):
+        from_graph(ep).get_train_summary("Loss")
     with pytest.raises(ValueError, match="backend"):
         from_graph(ep, backend="bigdl")
     no_labels = Estimator.from_graph(inputs=ep["inputs"], outputs=ep["outputs"], verbose=0)

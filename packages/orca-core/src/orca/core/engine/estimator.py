@@ -13,7 +13,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import logging
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any, ClassVar
 
 from orca.core.engine.backend import Backend, resolve_backend
@@ -66,6 +66,11 @@ class BaseEstimator:
         self.model_dir = model_dir
         self.sync_stats = sync_stats
         self.use_tqdm = use_tqdm
+        #: ``f(event)`` called on the driver, during ``fit``, with rank 0's progress events in order:
+        #: ``{"event": "begin", "total_steps"}``, ``{"event": "step", "n"}`` (steps since the last one)
+        #: and ``{"event": "epoch", **the epoch's merged stats}`` (what the History gets). A
+        #: listener must return quickly; its exceptions are logged and never fail the fit.
+        self.fit_listeners: list[Callable[[dict[str, Any]], None]] = []
         self._model = ModelState()
         self._group: WorkerGroup | None = None
         self._digests: list[str] = []
@@ -239,9 +244,9 @@ class BaseEstimator:
         """One ``fit`` call of the worker group; on success the driver holds the new state."""
         group = self._workers()
         try:
-            with self._watched(group, bar=self.use_tqdm) as server:
+            with self._watched(group, bar=self.use_tqdm, listeners=self.fit_listeners) as server:
                 args.beat_to = server.endpoint
-                if self.use_tqdm:
+                if self.use_tqdm or self.fit_listeners:
                     args.progress_address = server.endpoint
                 try:
                     group.prepare(src, val)
@@ -258,12 +263,13 @@ class BaseEstimator:
         return result.history
 
     @contextlib.contextmanager
-    def _watched(self, group: WorkerGroup, bar: bool = False) -> Iterator[Any]:
+    def _watched(self, group: WorkerGroup, bar: bool = False,
+                 listeners: Sequence[Callable[[dict[str, Any]], None]] = ()) -> Iterator[Any]:
         """A heartbeat listener for one call: ``group`` judges its workers by their progress
         (see :mod:`orca.core.engine.liveness`); with ``bar``, rank 0 also draws the progress bar."""
         from orca.core.engine.progress import ProgressServer, driver_host
 
-        server = ProgressServer(driver_host(), use_tqdm=bar, liveness=group.new_liveness())
+        server = ProgressServer(driver_host(), use_tqdm=bar, liveness=group.new_liveness(), listeners=listeners)
         try:
             with group.watching(server):
                 yield server

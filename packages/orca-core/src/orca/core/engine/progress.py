@@ -21,6 +21,7 @@ import secrets
 import select
 import socket
 import threading
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -57,9 +58,11 @@ class ProgressServer:
         refused: how many connections were closed for a wrong token or a bad line.
     """
 
-    def __init__(self, host: str, use_tqdm: bool = True, liveness: Liveness | None = None) -> None:
+    def __init__(self, host: str, use_tqdm: bool = True, liveness: Liveness | None = None,
+                 listeners: Sequence[Callable[[dict[str, Any]], None]] = ()) -> None:
         self.use_tqdm = use_tqdm
         self.liveness = liveness
+        self.listeners = list(listeners)
         self.max_connections = MAX_CONNECTIONS + (liveness.num_workers if liveness is not None else 0)
         self.events: collections.deque[dict[str, Any]] = collections.deque(maxlen=MAX_EVENTS)
         self.refused = 0
@@ -153,6 +156,11 @@ class ProgressServer:
                 self._draw(event)
             except (TypeError, ValueError):  # a malformed field: the event is kept, the bar skips it
                 pass
+            for listener in self.listeners:  # (under the lock: one event at a time, in order)
+                try:
+                    listener(event)
+                except Exception:  # noqa: BLE001 - a listener's failure never breaks the call
+                    log.exception("a fit listener failed on %s", event.get("event"))
 
     def _draw(self, event: dict[str, Any]) -> None:
         kind = event.get("event")

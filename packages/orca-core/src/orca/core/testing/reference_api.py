@@ -460,6 +460,13 @@ _TF1 = (
     Method("Estimator.set_l2_norm_gradient_clipping", f"{_GRAPH}.set_l2_norm_gradient_clipping",
            (_a("clip_norm"),), positional=1, note="from the next step on"),
     Method("Estimator.clear_gradient_clipping", f"{_GRAPH}.clear_gradient_clipping"),
+    Method("Estimator.set_tensorboard", f"{_GRAPH}.set_tensorboard", (_a("log_dir"), _a("app_name")), positional=2,
+           note="each epoch's merged stats, written on the driver as the epoch ends (also on from_keras "
+                "Estimators)"),
+    Method("Estimator.get_train_summary", f"{_GRAPH}.get_train_summary", (_a("tag"),), positional=1,
+           note="`Loss`, `Throughput` or a metric: [[iteration, value, wall time], ...], one row per epoch"),
+    Method("Estimator.get_validation_summary", f"{_GRAPH}.get_validation_summary", (_a("tag"),), positional=1,
+           note="`Loss` or a metric of the validation data, one row per epoch"),
 )
 
 #: framework -> the reference's calls, checked against Orca's signatures
@@ -469,8 +476,6 @@ REFERENCE_API: dict[str, tuple[Method, ...]] = {
 
 #: the reference's TF 1.15 calls Orca does not have yet (issue #16)
 PENDING: tuple[tuple[str, str], ...] = (
-    ("Estimator.set_tensorboard(log_dir, app_name), get_train_summary(tag), get_validation_summary(tag)",
-     "not yet: fit returns the History of every epoch's loss and metrics"),
     ("Estimator.load_orca_checkpoint(path, version)", "not yet: load(path) reads a TF checkpoint of the graph"),
     ("EveryEpoch(), SeveralIteration(n) triggers", "not yet: save() after fit, or an orca Callback"),
 )
