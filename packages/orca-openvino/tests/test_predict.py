@@ -196,3 +196,44 @@ def test_save_and_load_keep_predictions(tmp_path, linear_ir, xs, orca_context):
     fresh = Estimator.from_openvino(model_path=two_in_two_out_model(), config=F32)
     fresh.load(path)
     np.testing.assert_array_equal(fresh.predict(xs), before)
+
+
+def pooled_classifier():
+    """A fixed-batch image model as the guide's: ``[4, 3, 224, 224]`` -> mean over the pixels -> ``[4, 10]``."""
+    import openvino as ov
+    import openvino.opset13 as ops
+
+    x = ops.parameter([4, 3, 224, 224], np.float32, name="x")
+    pooled = ops.reduce_mean(x, ops.constant(np.array([2, 3], np.int64)), False)
+    w = np.random.default_rng(2).normal(size=(3, 10)).astype(np.float32)
+    return ov.Model([ops.matmul(pooled, ops.constant(w), False, False)], [x], "pooled")
+
+
+def test_the_reference_sample_runs_as_written(orca_context, tmp_path):
+    """The user guide's OpenVINO sample: a [20, 4, 3, 224, 224] array is 20 batches of 4 images for
+    a model of batch 4; the result keeps the batches, [20, 4, 10], equal to the plain runtime on
+    each batch, from an array and from an XShards."""
+    model = pooled_classifier()
+    model_path = save_ir(model, tmp_path)
+
+    # --- as in the user guide
+    est = Estimator.from_openvino(model_path=model_path)
+
+    # ndarray
+    input_data = np.random.random([20, 4, 3, 224, 224])
+    result = est.predict(input_data)
+
+    # xshards
+    shards = XShards.partition({"x": input_data})
+    result_shards = est.predict(shards)
+    # ---
+
+    try:
+        collected = result_shards.collect()
+    finally:
+        est.shutdown()
+    want = np.stack([reference(model, [batch.astype(np.float32)])[0] for batch in input_data])
+    assert result.shape == (20, 4, 10)
+    np.testing.assert_allclose(result, want, rtol=2e-2, atol=2e-2)  # the guide's call keeps OpenVINO's default precision
+    assert all(s["x"].ndim == 5 for s in collected)  # each shard's batches as they were
+    np.testing.assert_allclose(np.concatenate([s["prediction"] for s in collected]), result, rtol=2e-2, atol=2e-2)

@@ -1,9 +1,11 @@
 """The `bigdl` backend (the default): torch objects as users have them, kept in step by
-orca.core.sync instead of torch.distributed, on Spark barrier tasks."""
+orca.core.sync instead of torch.distributed, on Spark barrier tasks; and the user guide's two
+PyTorch samples (the bigdl and the ray backend) as written."""
 
 import time
 
 import numpy as np
+import pandas as pd
 import pytest
 import torch
 import torch.nn.functional as F
@@ -69,6 +71,55 @@ def test_the_reference_example_runs_as_written(orca_context):
     assert pred.shape == (len(xte), 10)
     np.testing.assert_allclose(pred, plain, atol=1e-5)
     assert float((pred.argmax(1) == yte).mean()) > 0.85
+
+
+class FlatLeNet(LeNet):
+    """LeNet taking the flat 64 pixels a DataFrame column holds (as a user's model would)."""
+
+    def forward(self, x):
+        return super().forward(x.reshape(-1, 1, 8, 8))
+
+
+def test_the_reference_ray_backend_example_runs_as_written(orca_context, spark):
+    xtr, ytr, xte, yte = digits()
+
+    def train_loader_func(config, batch_size):
+        return DataLoader(TensorDataset(torch.from_numpy(xtr), torch.from_numpy(ytr)), batch_size=batch_size,
+                          shuffle=True)
+
+    df = spark.createDataFrame(pd.DataFrame({"image": [r.reshape(-1).tolist() for r in xte], "label": yte}))
+    epochs = 3
+    torch.manual_seed(0)
+
+    # --- as in the user guide ("Using torch.distributed or Horovod backend")
+    def model_creator(config):
+        model = FlatLeNet()  # a torch.nn.Module
+        model.train()
+        return model
+
+    def optimizer_creator(model, config):
+        return torch.optim.Adam(model.parameters(), config["lr"])
+
+    est = Estimator.from_torch(model=model_creator,
+                               optimizer=optimizer_creator,
+                               loss=nn.NLLLoss(),
+                               config={"lr": 1e-2},
+                               backend="ray")  # or backend="horovod"
+
+    est.fit(data=train_loader_func, epochs=epochs)
+    predictions = est.predict(data=df,
+                              feature_cols=['image'])
+    # ---
+
+    try:
+        out = predictions.toPandas()
+        plain = predict_plain(est.get_model(), np.stack(out["image"].map(np.asarray)).astype(np.float32))
+    finally:
+        est.shutdown()
+    pred = np.stack(out["prediction"].map(np.asarray))
+    assert pred.shape == (len(xte), 10)
+    np.testing.assert_allclose(pred, plain, atol=1e-5)
+    assert float((pred.argmax(1) == out["label"].to_numpy()).mean()) > 0.85
 
 
 def test_bigdl_gives_the_same_weights_as_the_ray_ddp_backend(orca_context):

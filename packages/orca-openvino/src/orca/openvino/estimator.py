@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import os
 from collections.abc import Sequence
 from typing import Any
@@ -112,7 +113,10 @@ class Estimator(BaseEstimator):
         Args:
             data: a numpy array (one model input) or a list of arrays (one per input);
                 an XShards of ``{"x": array or [arrays]}`` dicts (or of pandas DataFrames with
-                ``feature_cols``); or a Spark DataFrame with ``feature_cols``.
+                ``feature_cols``); or a Spark DataFrame with ``feature_cols``. Arrays with one
+                dimension more than their input are batches of rows, as the reference took
+                them (``[20, 4, 3, 224, 224]`` for an input ``[4, 3, 224, 224]``): their rows are
+                predicted and the result keeps the batches (``[20, 4, ...]``).
             batch_size: rows per inference request on a worker (a model with a fixed batch
                 dimension is fed that many rows per request, the last request zero-padded).
             feature_cols: DataFrame (or pandas shard) columns, one per model input.
@@ -141,6 +145,17 @@ class Estimator(BaseEstimator):
         spec = dict(self.spec, config={**self.spec["config"], **(config or {})}, order=order)
         if spec["config"] != self.spec["config"] or spec["order"] != self.spec["order"]:
             self._replace_spec(spec)  # workers compiled the old settings
+        again = functools.partial(self.predict, batch_size=batch_size, feature_cols=feature_cols,
+                                  input_cols=input_cols, output_cols=output_cols)
+        arrays = [data] if isinstance(data, np.ndarray) else data
+        if isinstance(arrays, list) and arrays and all(isinstance(a, np.ndarray) for a in arrays):
+            lead = batches_of_rows(arrays, self.model.inputs, order)
+            if lead is not None:  # the reference's [batches, rows, ...] arrays: rows in, the same batches out
+                flat = [a.reshape(-1, *a.shape[2:]) for a in arrays]
+                return _regroup(again(flat[0] if isinstance(data, np.ndarray) else flat), lead)
+        elif is_xshards(data) and _xshards_lead(data, self.model.inputs, order) is not None:
+            flat = data.transform_shard(_flatten_shard)
+            return again(flat).transform_shard(_regroup_shard)
         self._check_first_rows(data, fcols, order)
         return super().predict(data, batch_size=batch_size, feature_cols=feature_cols, output_cols=output_cols)
 
@@ -187,6 +202,62 @@ class Estimator(BaseEstimator):
     def load(self, path: str) -> None:
         """Replace the model with the one at ``path`` (IR ``.xml`` or ONNX); live workers are stopped."""
         self._replace_spec(dict(self.spec, model=read_ir(path), order=None))
+
+
+#: a flattened shard's ``(batches, rows per batch)`` (see :func:`_flatten_shard`)
+_LEAD = "__orca_batches"
+
+
+def batches_of_rows(arrays: Sequence[np.ndarray], inputs: Sequence[Any], order: Sequence[int]) -> tuple[int, int] | None:
+    """``(batches, rows)`` when every array has one dimension more than its model input: the
+    reference's batches of rows (``[20, 4, 3, 224, 224]`` for an input ``[?, 3, 224, 224]``)."""
+    leads = set()
+    for arr, idx in zip(arrays, order, strict=False):
+        dims = inputs[idx].dims
+        if dims is None or arr.ndim != len(dims) + 1:
+            return None
+        leads.add(tuple(int(d) for d in arr.shape[:2]))
+    return leads.pop() if len(leads) == 1 else None  # type: ignore[return-value]
+
+
+def _regroup(out: Any, lead: tuple[int, int]) -> Any:
+    """Predictions of the flattened rows back in ``lead`` batches of rows."""
+    if isinstance(out, list):
+        return [_regroup(o, lead) for o in out]
+    return np.asarray(out).reshape(*lead, *np.shape(out)[1:])
+
+
+def _shard_arrays(shard: Any) -> list[np.ndarray] | None:
+    x = shard.get("x") if isinstance(shard, dict) else None
+    arrays = [x] if isinstance(x, np.ndarray) else x
+    return arrays if isinstance(arrays, list) and arrays and all(isinstance(a, np.ndarray) for a in arrays) else None
+
+
+def _shard_lead(inputs: Sequence[Any], order: Sequence[int], shard: Any) -> tuple[int, int] | None:
+    arrays = _shard_arrays(shard)
+    return None if arrays is None else batches_of_rows(arrays, inputs, order)
+
+
+def _xshards_lead(data: Any, inputs: Sequence[Any], order: Sequence[int]) -> tuple[int, int] | None:
+    try:
+        return data._first_map(functools.partial(_shard_lead, inputs, order))  # type: ignore[no-any-return]
+    except IndexError:  # no shards: the engine names it
+        return None
+
+
+def _flatten_shard(shard: dict[str, Any]) -> dict[str, Any]:
+    x = shard["x"]
+    arrays = [x] if isinstance(x, np.ndarray) else list(x)
+    flat = [a.reshape(-1, *a.shape[2:]) for a in arrays]
+    return {**shard, "x": flat[0] if isinstance(x, np.ndarray) else flat, _LEAD: (arrays[0].shape[:2], list(shard))}
+
+
+def _regroup_shard(shard: dict[str, Any]) -> dict[str, Any]:
+    lead, before = shard[_LEAD]
+    out = {k: v for k, v in shard.items() if k != _LEAD}
+    for key in ["x", *(k for k in out if k not in before)]:  # the inputs and the predictions
+        out[key] = _regroup(out[key], tuple(lead))
+    return out
 
 
 def _check_config(config: Any) -> None:
