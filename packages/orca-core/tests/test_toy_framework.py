@@ -230,3 +230,29 @@ def test_fit_listeners_get_each_epochs_merged_stats_live_and_cannot_break_the_fi
     epochs = [{k: v for k, v in e.items() if k != "event"} for e in events if e["event"] == "epoch"]
     for got, want in zip(epochs, hist, strict=True):
         assert got["epoch"] == want["epoch"] and got["loss"] == want["loss"] and got["val_loss"] == want["val_loss"]
+
+
+@pytest.mark.timeout(120)
+def test_tensorboard_summaries_are_each_epochs_merged_stats_for_any_framework(ray_runtime: Any, tmp_path: Any) -> None:
+    """set_tensorboard (the reference's, on BaseEstimator: every framework has it) writes one point
+    per epoch at its last iteration, continuing over fits; TensorBoard's reader gives back the
+    History's merged train and validation losses."""
+    rng = np.random.default_rng(4)
+    x = rng.normal(size=(40, NUM_FEATURES))
+    data = {"x": x, "y": (x @ np.array([1.0, -0.5, 2.0, 0.25]))[:, None]}
+    est = NumpyEstimator.from_numpy(backend="ray")
+    with pytest.raises(ValueError, match="set_tensorboard"):
+        est.get_train_summary("Loss")
+    with pytest.raises(TypeError, match="two strings"):
+        est.set_tensorboard(str(tmp_path), "")
+    est.set_tensorboard(str(tmp_path / "logs"), "toy")
+    try:
+        hist = est.fit(data, epochs=2, batch_size=8, validation_data=data)
+        hist2 = est.fit(data, epochs=1, batch_size=20, validation_data=data)
+    finally:
+        est.shutdown()
+    loss, val = est.get_train_summary("Loss"), est.get_validation_summary("Loss")
+    np.testing.assert_array_equal(loss[:, 0], [5, 10, 12])  # 40 rows: 5 steps of 8, then 2 of 20
+    np.testing.assert_allclose(loss[:, 1], [h["loss"] for h in [*hist, *hist2]], rtol=1e-6)
+    np.testing.assert_allclose(val[:, 1], [h["val_loss"] for h in [*hist, *hist2]], rtol=1e-6)
+    assert (est.get_train_summary("Throughput")[:, 1] > 0).all() and len(est.get_train_summary("nothing")) == 0

@@ -19,7 +19,6 @@ from orca.core.plugin import (
     solo_runner,
 )
 from orca.tf._dataset import dataset_adapter
-from orca.tf._summary import TensorBoardMixin
 from orca.tf.runner import BigDLKerasRunner, KerasRunner
 
 if TYPE_CHECKING:
@@ -60,7 +59,7 @@ class _KerasFit(Callback):
             self.runner.keras_event("on_train_end", {})  # type: ignore[attr-defined]
 
 
-class Estimator(TensorBoardMixin, BaseEstimator):
+class Estimator(BaseEstimator):
     """Distributed training and inference of a Keras model (Keras 3 or tf_keras) on Ray or Spark.
 
     Create it with :meth:`from_keras`; then ``fit``, ``evaluate``, ``predict``, ``save``, ``load``,

@@ -15,11 +15,10 @@ import numpy as np
 
 from orca.core.plugin import Backend, BaseEstimator, History, Runner, declare, get_data_source, solo_runner
 from orca.tf._dataset import dataset_adapter
-from orca.tf._summary import TensorBoardMixin
 from orca.tf.graph_runner import GraphRunner
 
 
-class GraphEstimator(TensorBoardMixin, BaseEstimator):
+class GraphEstimator(BaseEstimator):
     """Distributed training and inference of a ``tf.compat.v1`` graph; made by ``Estimator.from_graph``.
 
     ``fit``, ``evaluate`` and ``predict`` take a Spark DataFrame (``feature_cols``/``label_cols``,

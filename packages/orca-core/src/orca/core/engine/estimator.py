@@ -16,6 +16,8 @@ import logging
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any, ClassVar
 
+import numpy as np
+
 from orca.core.engine.backend import Backend, resolve_backend
 from orca.core.engine.callbacks import Callback, latest_checkpoint
 from orca.core.engine.errors import OrcaWorkerError, WorkerLostError, check_positive_int
@@ -376,6 +378,54 @@ class BaseEstimator:
         epoch, state = read_checkpoint(path, allow_pickle=allow_pickle)
         self._epoch = epoch
         self.set_state(state)
+
+    # ------------------------------------------------------------ TensorBoard
+    def set_tensorboard(self, log_dir: str, app_name: str) -> None:
+        """Write TensorBoard summaries of the next fits to ``log_dir/app_name/{train,validation}``.
+
+        Each epoch's merged loss, metrics and throughput are written on the driver as the epoch
+        ends (see :mod:`orca.core.engine.summaries`); a new call replaces the previous
+        destination. Needs the ``tensorboard`` package (``orca-core[tensorboard]``).
+
+        Raises:
+            TypeError: ``log_dir`` or ``app_name`` is not a string (or ``app_name`` is empty).
+            ImportError: tensorboard is not installed (the message says how to install it).
+        """
+        from orca.core.engine.summaries import Summaries
+
+        if not isinstance(log_dir, str) or not isinstance(app_name, str) or not app_name:
+            raise TypeError("set_tensorboard(log_dir, app_name) takes two strings, e.g. "
+                            "set_tensorboard('/tmp/logs', 'lenet').")
+        old = getattr(self, "_summaries", None)
+        if old is not None:
+            self.fit_listeners.remove(old)
+            old.close()
+        self._summaries: Any = Summaries(log_dir, app_name)
+        self.fit_listeners.append(self._summaries)
+
+    def get_train_summary(self, tag: str) -> np.ndarray:
+        """``[[iteration, value, wall time], ...]`` of a training summary (``"Loss"``,
+        ``"Throughput"`` or a metric name) written since :meth:`set_tensorboard`, one row per epoch.
+
+        Raises:
+            ValueError: :meth:`set_tensorboard` was not called.
+        """
+        return self._summary("train", tag)
+
+    def get_validation_summary(self, tag: str) -> np.ndarray:
+        """``[[iteration, value, wall time], ...]`` of a validation summary (``"Loss"`` or a
+        metric name) written since :meth:`set_tensorboard`, one row per validated epoch.
+
+        Raises:
+            ValueError: :meth:`set_tensorboard` was not called.
+        """
+        return self._summary("validation", tag)
+
+    def _summary(self, kind: str, tag: str) -> np.ndarray:
+        summaries = getattr(self, "_summaries", None)
+        if summaries is None:
+            raise ValueError(f"no summaries: call set_tensorboard(log_dir, app_name) before fit to record {tag!r}.")
+        return summaries.read(kind, tag)  # type: ignore[no-any-return]
 
     @staticmethod
     def latest_checkpoint(directory: str) -> str:

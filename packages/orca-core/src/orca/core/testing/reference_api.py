@@ -156,7 +156,8 @@ _TORCH = (
            "MainCallback (a custom forward/backward) are not offered: a custom step is a model whose forward "
            "computes it"),
     Method("TensorBoardCallback", "orca.torch:TensorBoardCallback", missing=True,
-           note="write summaries from an orca Callback's on_epoch_end (rank 0) with torch.utils.tensorboard"),
+           note="est.set_tensorboard(log_dir, app_name) (every Estimator): each epoch's merged stats, written "
+                "on the driver; est.get_train_summary(tag) reads them back"),
 )
 
 _KERAS_ONLY = "Keras option Orca does not pass on"
@@ -461,8 +462,7 @@ _TF1 = (
            (_a("clip_norm"),), positional=1, note="from the next step on"),
     Method("Estimator.clear_gradient_clipping", f"{_GRAPH}.clear_gradient_clipping"),
     Method("Estimator.set_tensorboard", f"{_GRAPH}.set_tensorboard", (_a("log_dir"), _a("app_name")), positional=2,
-           note="each epoch's merged stats, written on the driver as the epoch ends (also on from_keras "
-                "Estimators)"),
+           note="each epoch's merged stats, written on the driver as the epoch ends (on every Orca Estimator)"),
     Method("Estimator.get_train_summary", f"{_GRAPH}.get_train_summary", (_a("tag"),), positional=1,
            note="`Loss`, `Throughput` or a metric: [[iteration, value, wall time], ...], one row per epoch"),
     Method("Estimator.get_validation_summary", f"{_GRAPH}.get_validation_summary", (_a("tag"),), positional=1,
