@@ -162,8 +162,9 @@ def test_session(func: Callable[[nox.Session], None]) -> Callable[[nox.Session],
 
 @test_session
 def core(session: nox.Session) -> None:
-    """orca-core tests: OrcaContext, XShards and the shared engine, on real local Spark and Ray."""
-    session.install(*CORE)
+    """orca-core tests: OrcaContext, XShards and the shared engine, on real local Spark and Ray;
+    MLflow tracking against a real sqlite tracking store (hence sqlalchemy and alembic)."""
+    session.install(*CORE, "mlflow-skinny==3.17.2", "sqlalchemy", "alembic")
     _runtime_env(session)
     _pytest(session, "orca-core")
 

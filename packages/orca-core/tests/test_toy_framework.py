@@ -207,8 +207,9 @@ def test_any_partition_layout_trains_and_predicts_exactly_as_one_process(spark: 
 
 @pytest.mark.timeout(120)
 def test_fit_listeners_get_each_epochs_merged_stats_live_and_cannot_break_the_fit(ray_runtime: Any) -> None:
-    """A driver-side listener (what TensorBoard summaries are built on) sees rank 0's events in
-    order, each epoch's the History's own entry; a listener that raises is logged, the fit goes on."""
+    """A driver-side listener (what TensorBoard and MLflow tracking are built on) sees the fit's
+    begin and end and rank 0's events between, in order, each epoch's the History's own entry; a
+    listener that raises is logged, the fit goes on."""
     rng = np.random.default_rng(3)
     x = rng.normal(size=(40, NUM_FEATURES))
     y = x @ np.array([1.0, -0.5, 2.0, 0.25])
@@ -225,7 +226,8 @@ def test_fit_listeners_get_each_epochs_merged_stats_live_and_cannot_break_the_fi
     finally:
         est.shutdown()
     kinds = [e["event"] for e in events]
-    assert kinds[0] == "begin" and kinds.count("epoch") == 3
+    assert kinds[:2] == ["fit_begin", "begin"] and kinds[-1] == "fit_end" and kinds.count("epoch") == 3
+    assert events[0]["params"]["epochs"] == 3 and events[-1]["history"] == [dict(h) for h in hist]
     assert sum(e.get("n", 0) for e in events if e["event"] == "step") == 3 * 5  # every step of 40 rows / 8
     epochs = [{k: v for k, v in e.items() if k != "event"} for e in events if e["event"] == "epoch"]
     for got, want in zip(epochs, hist, strict=True):

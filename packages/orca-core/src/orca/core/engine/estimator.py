@@ -206,6 +206,34 @@ class BaseEstimator:
             max_failures = self._ctx().settings.max_failures
         if not isinstance(max_failures, int) or max_failures < 0:
             raise ValueError(f"max_failures must be a non-negative int, got {max_failures!r}.")
+        self._notify({"event": "fit_begin", "params": {
+            "estimator": type(self).__name__, "backend": self.backend, "num_workers": self.num_workers,
+            "epochs": epochs, "batch_size": batch_size, "shuffle": shuffle, "max_failures": max_failures,
+            "start_epoch": args.start_epoch, "data": src.what, **{f"config.{k}": v for k, v in
+                                                                   dict(self.spec.get("config") or {}).items()}}})
+        try:
+            history, restarts = self._fit_epochs(src, val, args, epochs, max_steps, max_failures)
+        except BaseException as exc:
+            self._notify({"event": "fit_failed", "error": f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"})
+            raise
+        self._notify({"event": "fit_end", "history": [dict(h) for h in history], "restarts": list(restarts)})
+        if not reduce_results:
+            return History([[dict(h) for _ in range(self.num_workers)] for h in history])
+        out = History(history)
+        out.restarts = restarts
+        return out
+
+    def _notify(self, event: dict[str, Any]) -> None:
+        """Hand a driver-side event (``fit_begin``, ``fit_end``, ``fit_failed``) to the fit listeners."""
+        for listener in list(self.fit_listeners):
+            try:
+                listener(event)
+            except Exception:  # noqa: BLE001 - a listener's failure never breaks the call
+                log.exception("a fit listener failed on %s", event.get("event"))
+
+    def _fit_epochs(self, src: DataSource, val: DataSource | None, args: FitArgs, epochs: int,
+                    max_steps: int | None, max_failures: int) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+        """The epochs of one ``fit``: one worker call, or (with ``max_failures``) one per epoch with restarts."""
         history: list[dict[str, Any]] = []
         restarts: list[dict[str, Any]] = []
         if max_failures == 0:
@@ -236,11 +264,7 @@ class BaseEstimator:
                     break
                 if part[-1].get("stopped_early"):
                     break
-        if not reduce_results:
-            return History([[dict(h) for _ in range(self.num_workers)] for h in history])
-        out = History(history)
-        out.restarts = restarts
-        return out
+        return history, restarts
 
     def _fit_call(self, src: DataSource, val: DataSource | None, args: FitArgs) -> list[dict[str, Any]]:
         """One ``fit`` call of the worker group; on success the driver holds the new state."""
@@ -402,6 +426,38 @@ class BaseEstimator:
             old.close()
         self._summaries: Any = Summaries(log_dir, app_name)
         self.fit_listeners.append(self._summaries)
+
+    # ------------------------------------------------------------ MLflow
+    def set_mlflow(self, tracking_uri: str | None = None, experiment_name: str | None = None,
+                   run_name: str | None = None, log_model: bool = True) -> Any:
+        """Log every following ``fit`` as an MLflow run: parameters, each epoch's merged stats,
+        restart records and (``log_model``) the trained model (see :mod:`orca.core.engine.tracking`).
+
+        A run is a child of the caller's active MLflow run, if there is one. A new call replaces
+        the previous settings. Needs ``mlflow`` (``orca-core[mlflow]``).
+
+        Args:
+            tracking_uri: where runs go (``sqlite:///mlflow.db``, ``http://host:5000``);
+                ``None``: MLflow's current tracking URI.
+            experiment_name: the experiment (created when missing); ``None``: the default one.
+            run_name: the runs' name.
+            log_model: log ``save_checkpoint``'s file as the ``model/orca.ckpt`` artifact.
+
+        Returns:
+            The :class:`~orca.core.engine.tracking.MLflowLogger` (its ``run_ids`` lists the runs).
+
+        Raises:
+            ImportError: mlflow is not installed (the message says how to install it).
+        """
+        from orca.core.engine.tracking import MLflowLogger
+
+        old = getattr(self, "_mlflow", None)
+        if old is not None:
+            self.fit_listeners.remove(old)
+        self._mlflow: Any = MLflowLogger(self, tracking_uri=tracking_uri, experiment_name=experiment_name,
+                                         run_name=run_name, log_model=log_model)
+        self.fit_listeners.append(self._mlflow)
+        return self._mlflow
 
     def get_train_summary(self, tag: str) -> np.ndarray:
         """``[[iteration, value, wall time], ...]`` of a training summary (``"Loss"``,

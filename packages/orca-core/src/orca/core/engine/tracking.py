@@ -1,0 +1,118 @@
+"""MLflow tracking of ``fit``, for every framework (``est.set_mlflow(...)``).
+
+An :class:`MLflowLogger` is a ``BaseEstimator.fit_listeners`` listener working on the driver:
+
+- ``fit_begin``: one MLflow run per ``fit`` call (a child of the user's active run, if there is
+  one), with the fit's parameters (Estimator class, backend, workers, epochs, batch size, the
+  Estimator's ``config``);
+- each epoch: its merged statistics (the History's, exact over all workers) as metrics at
+  ``step`` = the epoch number; an epoch restarted after a lost worker (``max_failures``) logs
+  in the same run, so a recovered fit is one run, never a duplicate;
+- ``fit_end``: the restart records (a ``orca.restarts`` tag, JSON), the model as an artifact
+  (``model/orca.ckpt``: ``save_checkpoint``'s data-only file, which ``load_checkpoint`` reads),
+  and the run ends ``FINISHED``; a failed fit ends it ``FAILED`` with the error as a tag.
+
+It talks to MLflow through ``MlflowClient`` with the given tracking URI, so the process-wide
+MLflow settings are not changed. Needs ``mlflow`` (``pip install "orca-core[mlflow]"``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+import time
+from typing import Any
+
+_INSTALL = 'MLflow tracking needs the mlflow package: pip install "orca-core[mlflow]".'
+_NOT_METRICS = {"event", "epoch", "stopped_early"}
+
+
+def _mlflow() -> Any:
+    try:
+        import mlflow
+    except ImportError:
+        raise ImportError(_INSTALL) from None
+    return mlflow
+
+
+class MLflowLogger:
+    """Logs each ``fit`` of an Estimator as an MLflow run (see the module doc).
+
+    Args:
+        estimator: the Estimator whose fits are logged (its ``save_checkpoint`` writes the model).
+        tracking_uri: where runs go (``sqlite:///mlflow.db``, ``http://host:5000``...); ``None``:
+            MLflow's current tracking URI.
+        experiment_name: the experiment (created when missing); ``None``: MLflow's default one.
+        run_name: the runs' name (``None``: MLflow picks one).
+        log_model: log the trained model as an artifact at the end of each fit.
+    """
+
+    def __init__(self, estimator: Any, tracking_uri: str | None = None, experiment_name: str | None = None,
+                 run_name: str | None = None, log_model: bool = True) -> None:
+        mlflow = _mlflow()
+        self.estimator = estimator
+        self.client = mlflow.tracking.MlflowClient(tracking_uri)
+        self.tracking_uri = tracking_uri
+        self.experiment_name = experiment_name
+        self.run_name = run_name
+        self.log_model = log_model
+        #: the run of the fit in progress (``None`` between fits); ``run_ids``: every run logged
+        self.run_id: str | None = None
+        self.run_ids: list[str] = []
+
+    def _experiment_id(self) -> str:
+        if self.experiment_name is None:
+            return "0"
+        found = self.client.get_experiment_by_name(self.experiment_name)
+        return str(found.experiment_id if found is not None else self.client.create_experiment(self.experiment_name))
+
+    def __call__(self, event: dict[str, Any]) -> None:
+        kind = event.get("event")
+        if kind == "fit_begin":
+            self._begin(event.get("params") or {})
+        elif self.run_id is None:
+            return
+        elif kind == "epoch":
+            self._epoch(event)
+        elif kind == "fit_end":
+            self._end(event)
+        elif kind == "fit_failed":
+            self.client.set_tag(self.run_id, "orca.error", str(event.get("error", ""))[:5000])
+            self.client.set_terminated(self.run_id, "FAILED")
+            self.run_id = None
+
+    def _begin(self, params: dict[str, Any]) -> None:
+        from mlflow.entities import Param
+
+        tags = {"orca.estimator": str(params.get("estimator", ""))}
+        active = _mlflow().active_run()
+        if active is not None:  # nested under the user's run
+            tags["mlflow.parentRunId"] = active.info.run_id
+        run = self.client.create_run(self._experiment_id(), tags=tags, run_name=self.run_name)
+        self.run_id = run.info.run_id
+        self.run_ids.append(self.run_id)
+        self.client.log_batch(self.run_id, params=[Param(str(k)[:250], str(v)[:6000]) for k, v in params.items()])
+
+    def _epoch(self, event: dict[str, Any]) -> None:
+        from mlflow.entities import Metric
+
+        step = int(event.get("epoch") or 0)
+        now = int(time.time() * 1000)
+        metrics = [Metric(k, float(v), now, step) for k, v in event.items()
+                   if k not in _NOT_METRICS and isinstance(v, (int, float)) and not isinstance(v, bool)]
+        if metrics:
+            self.client.log_batch(self.run_id, metrics=metrics)
+
+    def _end(self, event: dict[str, Any]) -> None:
+        run_id = self.run_id
+        assert run_id is not None
+        restarts = event.get("restarts") or []
+        self.client.set_tag(run_id, "orca.restarts", json.dumps(restarts))
+        if self.log_model:
+            with tempfile.TemporaryDirectory(prefix="orca-mlflow-") as tmp:
+                path = os.path.join(tmp, "orca.ckpt")
+                self.estimator.save_checkpoint(path)
+                self.client.log_artifact(run_id, path, artifact_path="model")
+        self.client.set_terminated(run_id, "FINISHED")
+        self.run_id = None

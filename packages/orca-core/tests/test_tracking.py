@@ -1,0 +1,87 @@
+"""MLflow tracking of fit (est.set_mlflow), against a real sqlite tracking store, read back with
+MlflowClient: one run per fit, nested under the caller's run, the History's merged metrics, the
+model as an artifact that load_checkpoint reads, and one run (not two) for a fit that recovered
+from a killed worker."""
+
+import sys
+from typing import Any
+
+import cloudpickle
+import mlflow
+import numpy as np
+import pytest
+from test_toy_framework import NUM_FEATURES, NumpyEstimator
+
+from orca.core.engine import OrcaWorkerError
+from orca.core.testing.failures import KillOnce
+
+pytestmark = pytest.mark.timeout(240)
+cloudpickle.register_pickle_by_value(sys.modules[__name__])
+
+
+@pytest.fixture
+def store(tmp_path):
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    client = mlflow.tracking.MlflowClient(uri)
+    client.create_experiment("orca", artifact_location=str(tmp_path / "artifacts"))
+    return uri, client
+
+
+def regression(rows=40):
+    rng = np.random.default_rng(6)
+    x = rng.normal(size=(rows, NUM_FEATURES))
+    return {"x": x, "y": (x @ np.array([1.0, -0.5, 2.0, 0.25]) + 0.5)[:, None]}
+
+
+def test_a_fit_is_one_run_with_its_params_epochs_and_model(ray_runtime: Any, store: Any, tmp_path: Any) -> None:
+    uri, client = store
+    data = regression()
+    est = NumpyEstimator.from_numpy(backend="ray")
+    logger = est.set_mlflow(tracking_uri=uri, experiment_name="orca", run_name="toy")
+    mlflow.set_tracking_uri(uri)
+    try:
+        with mlflow.start_run(experiment_id=client.get_experiment_by_name("orca").experiment_id) as parent:
+            hist = est.fit(data, epochs=3, batch_size=8, validation_data=data)
+        state = est.get_state()
+    finally:
+        mlflow.set_tracking_uri("")
+        est.shutdown()
+    (run_id,) = logger.run_ids
+    run = client.get_run(run_id)
+    assert run.info.status == "FINISHED" and run.info.run_name == "toy"
+    assert run.data.tags["mlflow.parentRunId"] == parent.info.run_id  # nested under the caller's run
+    assert run.data.params["backend"] == "ray" and run.data.params["batch_size"] == "8"
+    assert run.data.params["epochs"] == "3" and run.data.params["num_workers"] == str(est.num_workers)
+    for key in ("loss", "val_loss"):
+        points = client.get_metric_history(run_id, key)
+        assert [p.step for p in points] == [1, 2, 3]
+        np.testing.assert_allclose([p.value for p in points], [h[key] for h in hist], rtol=1e-12)
+    assert run.data.tags["orca.restarts"] == "[]"
+    local = client.download_artifacts(run_id, "model/orca.ckpt", str(tmp_path))
+    fresh = NumpyEstimator.from_numpy(backend="ray")
+    fresh.load_checkpoint(local)
+    for name, value in state.items():
+        np.testing.assert_array_equal(fresh.get_state()[name], value)
+
+
+def test_a_recovered_fit_is_one_run_and_a_failed_one_ends_failed(ray_runtime: Any, store: Any,
+                                                                  tmp_path: Any) -> None:
+    uri, client = store
+    data = regression(32)
+    est = NumpyEstimator.from_numpy(backend="ray")
+    logger = est.set_mlflow(tracking_uri=uri, experiment_name="orca", log_model=False)
+    try:
+        hist = est.fit(data, epochs=3, batch_size=8, callbacks=[KillOnce(str(tmp_path / "killed"))], max_failures=1)
+        with pytest.raises(OrcaWorkerError, match="4 features"):  # a width the model rejects, in the workers
+            est.fit({"x": data["x"][:, :2], "y": data["y"]}, epochs=1, batch_size=8)
+    finally:
+        est.shutdown()
+    recovered, failed = logger.run_ids
+    assert [r["epoch"] for r in hist.restarts] == [2]
+    run = client.get_run(recovered)
+    assert run.info.status == "FINISHED"
+    assert [p.step for p in client.get_metric_history(recovered, "loss")] == [1, 2, 3]  # epoch 2 once
+    assert '"epoch": 2' in run.data.tags["orca.restarts"]
+    bad = client.get_run(failed)
+    assert bad.info.status == "FAILED" and bad.data.tags["orca.error"].startswith("OrcaWorkerError")
+    assert [r.info.run_id for r in client.search_runs([run.info.experiment_id])] == [failed, recovered]
