@@ -258,3 +258,43 @@ def test_tensorboard_summaries_are_each_epochs_merged_stats_for_any_framework(ra
     np.testing.assert_allclose(loss[:, 1], [h["loss"] for h in [*hist, *hist2]], rtol=1e-6)
     np.testing.assert_allclose(val[:, 1], [h["val_loss"] for h in [*hist, *hist2]], rtol=1e-6)
     assert (est.get_train_summary("Throughput")[:, 1] > 0).all() and len(est.get_train_summary("nothing")) == 0
+
+
+OUTLIVES_DRIVER = """
+import json, sys
+sys.path.insert(0, {tests!r})
+import numpy as np
+from orca.core import OrcaContext, init_orca_context, stop_orca_context
+from test_toy_framework import NUM_FEATURES, NumpyEstimator
+
+init_orca_context(cluster_mode="local", cores=2, runtime="ray")
+x = np.random.default_rng(0).normal(size=(16, NUM_FEATURES))
+est = NumpyEstimator.from_numpy(backend="ray")
+est.fit({{"x": x, "y": x.sum(1, keepdims=True)}}, epochs=2, batch_size=8)
+before = np.asarray(est.predict(x, batch_size=8))
+out = {{}}
+est.shutdown()
+out["after_shutdown"] = bool(np.array_equal(np.asarray(est.predict(x, batch_size=8)), before))
+stop_orca_context()
+stop_orca_context()  # a second stop does nothing
+out["after_stop"] = bool(np.array_equal(np.asarray(est.predict(x, batch_size=8)), before))
+out["new_context"] = OrcaContext.active() is not None
+est.shutdown()
+stop_orca_context()
+est.shutdown()  # its context is gone: nothing to stop, nothing started
+out["context_after"] = OrcaContext.active() is not None
+print(json.dumps(out))
+"""
+
+
+@pytest.mark.timeout(300)
+def test_an_estimator_outlives_its_workers_and_its_context() -> None:
+    """After shutdown, and after its OrcaContext was stopped (twice), the Estimator predicts as
+    before: its state is the driver's, and new workers start in the current context instead of
+    waiting on the dead ones (which failed after 30 s with Ray's "Can't find actor")."""
+    import os
+
+    from orca.core.testing.clusters import run_python
+
+    out = run_python(OUTLIVES_DRIVER.format(tests=os.path.dirname(os.path.abspath(__file__))), timeout_s=240)
+    assert out == {"after_shutdown": True, "after_stop": True, "new_context": True, "context_after": False}

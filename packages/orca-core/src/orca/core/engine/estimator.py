@@ -68,6 +68,7 @@ class BaseEstimator:
         self.model_dir = model_dir
         self.sync_stats = sync_stats
         self.use_tqdm = use_tqdm
+        self._group_context: str | None = None
         #: ``f(event)`` called on the driver, during ``fit``, with rank 0's progress events in order:
         #: ``{"event": "begin", "total_steps"}``, ``{"event": "step", "n"}`` (steps since the last one)
         #: and ``{"event": "epoch", **the epoch's merged stats}`` (what the History gets). A
@@ -102,10 +103,21 @@ class BaseEstimator:
         return self._size()[1]
 
     def _workers(self) -> WorkerGroup:
-        """This Estimator's worker group (its workers start on the first call that needs them)."""
+        """This Estimator's worker group (its workers start on the first call that needs them).
+
+        Workers belong to the OrcaContext they started in: once that context was stopped (and
+        another one is current, started by ``init_orca_context`` or on demand), they are gone
+        with it, and new ones start in the current context from the driver's state.
+        """
+        ctx = self._ctx()
+        if self._group is not None and self._group_context != ctx.context_id:
+            log.info("the OrcaContext this Estimator's workers ran in was stopped: starting them in the current "
+                     "one (the Estimator's state is kept on the driver).")
+            self._group = None  # its actors and tasks ended with their context: nothing to stop
         if self._group is None:
+            self._group_context = ctx.context_id
             workers, threads = self._size()
-            settings = self._ctx().settings
+            settings = ctx.settings
             timeout_s = settings.worker_timeout_s
             # the driver judges silence; a worker's own waits on its peers are only a backstop
             spec = dict(self.spec, timeout_s=backstop_s(timeout_s))
@@ -490,12 +502,23 @@ class BaseEstimator:
 
     def shutdown(self) -> None:
         """Stop this estimator's workers; the state stays on the driver."""
-        if self._group is not None:
+        if self._group is not None and self._group_in_live_context():
             self._group.shutdown()
+
+    def _group_in_live_context(self) -> bool:
+        """Whether the workers' context is still the running one (a stopped context took its
+        workers with it; touching them would start a fresh Ray or Spark)."""
+        from orca.core.context import OrcaContext
+
+        active = OrcaContext.active()
+        if active is not None and active.context_id == self._group_context:
+            return True
+        self._group = None
+        return False
 
     def __del__(self) -> None:  # pragma: no cover - best effort at GC
         try:
-            if self._group is not None:
+            if self._group is not None and self._group_in_live_context():
                 self._group.shutdown()
         except Exception:  # noqa: BLE001
             pass
