@@ -83,6 +83,34 @@ def test_settings_live_on_the_context_not_on_the_class(orca_context: OrcaContext
     assert OrcaSettings().worker_timeout_s == 600.0
 
 
+@pytest.mark.timeout(60)
+def test_the_reference_class_assignment_sets_the_setting(orca_context: OrcaContext) -> None:
+    """OrcaContext.<setting> = value (the reference's samples set log_output so, before init) reaches
+    the running context and every context started after; a bad value is refused at once."""
+    from orca.core import context
+
+    before = dict(vars(orca_context.settings))
+    try:
+        OrcaContext.max_failures = 2
+        OrcaContext.log_output = True
+        assert orca_context.settings.max_failures == 2 and OrcaContext.max_failures == 2
+        settings, _ = context._validate("local", 2, "2g", 1, "spark", None, {"worker_timeout_s": 30.0})
+        assert settings.log_output is True and settings.max_failures == 2  # the next context's
+        assert settings.worker_timeout_s == 30.0  # init_orca_context's own arguments win
+        with pytest.raises(ValueError, match="max_failures must be a non-negative int"):
+            OrcaContext.max_failures = -1
+        with pytest.raises(ValueError, match="worker_timeout_s must be > 0"):
+            OrcaContext.worker_timeout_s = "soon"
+        with pytest.raises(AttributeError):
+            OrcaContext.no_such_setting  # noqa: B018 - the read is the test
+        with pytest.raises(TypeError, match="pandas_read_backend.*always use pandas"):
+            OrcaContext.pandas_read_backend = "spark"
+    finally:
+        context._class_settings.clear()
+        for name, value in before.items():
+            setattr(orca_context.settings, name, value)
+
+
 # ----------------------------------------------------------------------------- bad arguments
 
 

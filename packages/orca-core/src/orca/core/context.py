@@ -46,8 +46,9 @@ class OrcaSettings:
 
     Attributes:
         log_output: forward worker stdout/stderr to the driver.
-        barrier_mode: run Spark training stages in barrier mode (all tasks start together).
-        shard_size: rows per shard when Orca splits data itself (``None``: by partition).
+        barrier_mode: the reference's; accepted, no effect (Orca's Spark training stages always
+            run in barrier mode: its workers must start together).
+        shard_size: the reference's; accepted, no effect (data is split by partition).
         worker_timeout_s: the longest a working worker may be silent (no training step, no
             batch, no heartbeat) before its call fails with an error naming it. A worker that
             makes progress is never cut off, however long the fit.
@@ -96,12 +97,67 @@ class RayRuntime:
         return tuple((n, c) for n, c in zip(self.node_ids, self.cpus_per_node, strict=False) if c > 0)
 
 
+#: the reference's class settings Orca does not have, and why (assigning one raises TypeError)
+_REFERENCE_ONLY = {
+    "pandas_read_backend": "the readers always use pandas",
+    "serialize_data_creation": "data creators run concurrently",
+    "train_data_store": "data stays where it is (Spark or Ray), no choice needed",
+}
+#: settings assigned on the class (``OrcaContext.log_output = True``), for every context started after
+_class_settings: dict[str, Any] = {}
+
+
+def _check_setting(name: str, value: Any) -> None:
+    """Refuse a setting value that cannot work (the message names the setting)."""
+    if name in ("worker_timeout_s", "worker_start_timeout_s", "ray_start_timeout_s"):
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
+            raise ValueError(f"{name} must be > 0 seconds, got {value!r}.")
+    elif name == "shard_size":
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+            raise ValueError(f"shard_size must be >= 1 or None, got {value!r}.")
+    elif name == "max_failures":
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise ValueError(f"max_failures must be a non-negative int, got {value!r}.")
+    elif name in ("log_output", "barrier_mode") and not isinstance(value, bool):
+        raise ValueError(f"{name} must be True or False, got {value!r}.")
+
+
+class _ContextType(type):
+    """``OrcaContext.<setting> = value``, the reference's way to set a setting, works: the value
+    goes to the running context's settings and to every context started after; reading
+    ``OrcaContext.<setting>`` gives the running context's value (or the next one's)."""
+
+    def __setattr__(cls, name: str, value: Any) -> None:
+        if name in _REFERENCE_ONLY:
+            raise TypeError(f"OrcaContext.{name} is a setting of the reference Orca has not: {_REFERENCE_ONLY[name]}.")
+        if name not in OrcaSettings.__dataclass_fields__:
+            super().__setattr__(name, value)
+            return
+        _check_setting(name, value)
+        with _lock:
+            _class_settings[name] = value
+            if _current is not None:
+                setattr(_current.settings, name, value)
+                if name == "log_output" and _current._ray is not None:
+                    log.warning("OrcaContext.log_output takes effect when Ray starts; Ray is running already: "
+                                "set it before init_orca_context (or pass init_orca_context(log_output=...)).")
+
+    def __getattr__(cls, name: str) -> Any:
+        if name not in OrcaSettings.__dataclass_fields__:
+            raise AttributeError(name)
+        if _current is not None:
+            return getattr(_current.settings, name)
+        return _class_settings.get(name, OrcaSettings.__dataclass_fields__[name].default)
+
+
 @dataclass
-class OrcaContext:
+class OrcaContext(metaclass=_ContextType):
     """The running Orca context. Get it from :func:`init_orca_context`.
 
     The class-level accessors (``OrcaContext.get_spark_session()`` etc.) act on the current
-    context, as in the reference API.
+    context, as in the reference API; so do the settings: ``OrcaContext.log_output = True``
+    (before ``init_orca_context``, as the reference's samples do) sets the setting of the
+    running context and of those started after.
     """
 
     cluster_mode: str = "local"
@@ -579,22 +635,18 @@ def _validate(
         )
     if runtime not in RUNTIMES:
         raise ValueError(f"runtime={runtime!r} is not supported; use one of {RUNTIMES}.")
-    settings = OrcaSettings()
+    settings = OrcaSettings(**_class_settings)
     extra: dict[str, Any] = {}
     setting_names = set(OrcaSettings.__dataclass_fields__)
     for name, value in kwargs.items():
         if name in setting_names:
+            _check_setting(name, value)
             setattr(settings, name, value)
         elif name in SPARK_OPTIONS or name in CONTEXT_OPTIONS:
             extra[name] = value
         else:
             known = sorted(setting_names | SPARK_OPTIONS | CONTEXT_OPTIONS)
             raise TypeError(f"init_orca_context() got an unknown argument {name!r}; accepted: {known}.")
-    for name in ("worker_timeout_s", "worker_start_timeout_s"):
-        if not getattr(settings, name) > 0:
-            raise ValueError(f"{name} must be > 0 seconds, got {getattr(settings, name)!r}.")
-    if settings.shard_size is not None and settings.shard_size < 1:
-        raise ValueError(f"shard_size must be >= 1 or None, got {settings.shard_size!r}.")
     spark_options = {k: v for k, v in extra.items() if k in SPARK_OPTIONS}
     build_spark_conf(cluster_mode, cores, memory, num_nodes, conf, **spark_options)
     return settings, extra

@@ -383,15 +383,17 @@ _CORE = (
     ), positional=1, note="unknown keyword arguments raise TypeError before anything starts"),
     Method("stop_orca_context", "orca.core:stop_orca_context"),
     Method("OrcaContext.<setting> = value", "orca.core:OrcaSettings", (
-        *(_a(n, MEANING, note=f"pass init_orca_context({n}=...): assigning OrcaContext.{n} has no effect")
-          for n in ("log_output", "barrier_mode", "shard_size")),
+        _a("log_output", note="set on the class before (or after) init_orca_context, or passed to it"),
+        _a("barrier_mode", NOOP, note="Orca's Spark training stages always run in barrier mode"),
+        _a("shard_size", NOOP, note="data is split by partition"),
         *(_a(n, UNSUPPORTED, note=w) for n, w in (
             ("pandas_read_backend", "the readers always use pandas"),
             ("serialize_data_creation", "data creators run concurrently"),
             ("train_data_store", "data stays where it is (Spark or Ray), no choice needed"))),
         *(_a(n, ORCA_ONLY) for n in ("worker_timeout_s", "worker_start_timeout_s", "max_failures",
                                      "ray_start_timeout_s")),
-    ), note="settings are per context, given to init_orca_context"),
+    ), note="settings are per context: given to init_orca_context, or assigned on the class (the running "
+            "context's and the next ones'); a reference-only setting assigned so raises TypeError"),
     Method("OrcaContext.get_spark_session", "orca.core:OrcaContext.get_spark_session"),
     Method("OrcaContext.get_spark_context", "orca.core:OrcaContext.get_spark_context"),
     Method("OrcaContext.get_ray_context", "orca.core:OrcaContext.get_ray_context",
