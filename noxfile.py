@@ -252,6 +252,40 @@ def demo(session: nox.Session) -> None:
     session.run("python", "examples/torch_digits.py", *session.posargs)
 
 
+#: every distribution: folder under packages/ -> the subpackage of the PEP 420 `orca` namespace it owns
+PACKAGES = {"orca-core": "core", "orca-torch": "torch", "orca-tf": "tf", "orca-mxnet": "mxnet",
+            "orca-bigdl": "bigdl", "orca-openvino": "openvino", "orca": None}
+
+
+@nox.session(python=PYTHON)
+def build(session: nox.Session) -> None:
+    """An sdist and a wheel of every package into dist/ (with ``build``), checked with ``twine check
+    --strict``; each wheel must hold only its own ``orca/<name>/`` subpackage and never an
+    ``orca/__init__.py`` (which would break the PEP 420 namespace the distributions share)."""
+    import zipfile
+
+    session.install("build==1.6.0", "twine==7.0.0")
+    dist = Path("dist")
+    shutil.rmtree(dist, ignore_errors=True)
+    for folder in PACKAGES:
+        session.run("python", "-m", "build", "--outdir", str(dist), f"packages/{folder}")
+    session.run("twine", "check", "--strict", *sorted(str(p) for p in dist.iterdir()))
+    wheels = sorted(dist.glob("*.whl"))
+    if len(wheels) != len(PACKAGES):
+        session.error(f"expected {len(PACKAGES)} wheels in dist/, found {[w.name for w in wheels]}")
+    problems = []
+    for wheel in wheels:
+        names = [n for n in zipfile.ZipFile(wheel).namelist() if not n.split("/")[0].endswith(".dist-info")]
+        owned = {n.split("/")[1] for n in names if n.startswith("orca/") and n.count("/") > 1}
+        if "orca/__init__.py" in names:
+            problems.append(f"{wheel.name} ships orca/__init__.py")
+        if len(owned) > 1 or any(not n.startswith("orca/") for n in names):
+            problems.append(f"{wheel.name} holds {sorted(owned)} and {[n for n in names if not n.startswith('orca/')]}")
+        session.log(f"{wheel.name}: {len(names)} files, orca/{'/'.join(sorted(owned)) or '(none: meta)'}")
+    if problems:
+        session.error("; ".join(problems))
+
+
 BENCH_PEERS = ("ray[default,train]==2.60.0",)  # Ray Train's TorchTrainer / TensorflowTrainer
 PETASTORM = "petastorm==0.13.1"  # optional peer of the data path: its failure is reported, not fatal
 
