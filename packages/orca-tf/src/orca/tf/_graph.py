@@ -237,6 +237,18 @@ def _copy_values(user_sess: Any, user_graph: Any, private: Any, g: Any, assign: 
     private.run([g.as_graph_element(assign[v.op.name][1]) for v in ready], feed)
 
 
+def shape_rows(a: np.ndarray, shape: Sequence[int | None] | None) -> np.ndarray:
+    """``a`` with flat rows (a DataFrame array column of 64 values) reshaped to the rows of an
+    input of static ``shape`` (``(None, 8, 8, 1)``) when the sizes match; otherwise as it is."""
+    if not shape or a.ndim < 1:
+        return a
+    row = list(shape[1:])
+    if (list(a.shape[1:]) != row and all(d is not None for d in row)
+            and int(np.prod(a.shape[1:], dtype=np.int64)) == int(np.prod(row, dtype=np.int64))):
+        return a.reshape([len(a), *row])
+    return a
+
+
 def feed_arrays(arrays: Sequence[np.ndarray], shapes: list[list[int | None]], names: list[str],
                 what: str) -> list[np.ndarray]:
     """The batch's arrays shaped for their placeholders: a flat column of 64 values feeds an
@@ -246,12 +258,9 @@ def feed_arrays(arrays: Sequence[np.ndarray], shapes: list[list[int | None]], na
                          f"{len(arrays)} {what} column(s); pass one column per placeholder.")
     out = []
     for a, shape, name in zip(arrays, shapes, names, strict=True):
-        a = np.asarray(a)
+        a = shape_rows(np.asarray(a), shape)  # also (n, 1) labels for a (None,) placeholder
         if shape and list(a.shape[1:]) != shape[1:] and all(d is not None for d in shape[1:]):
-            if int(np.prod(a.shape[1:], dtype=np.int64)) == int(np.prod(shape[1:], dtype=np.int64)):
-                a = a.reshape([len(a), *shape[1:]])  # also (n, 1) labels for a (None,) placeholder
-            else:
-                raise ValueError(f"{what} placeholder {name!r} has shape {shape} but the data's rows have shape "
-                                 f"{list(a.shape[1:])}.")
+            raise ValueError(f"{what} placeholder {name!r} has shape {shape} but the data's rows have shape "
+                             f"{list(a.shape[1:])}.")
         out.append(a)
     return out

@@ -19,6 +19,7 @@ import numpy as np
 from orca.core.plugin import Batch, Rendezvous, Runner, pack, unpack
 from orca.tf import _keras, _sync
 from orca.tf._dataset import dataset_batches
+from orca.tf._graph import shape_rows
 
 #: Keras callbacks that write files: they run on the chief (rank 0) only
 WRITERS = ("ModelCheckpoint", "TensorBoard", "CSVLogger", "BackupAndRestore")
@@ -111,6 +112,18 @@ class KerasRunner(Runner):
         if self.model.built:
             self._broadcast_weights()
         self.join_group()
+
+    def _x(self, arrays: list[Any]) -> Any:
+        """The model's input tensors: flat rows (a DataFrame array column) reshaped to the rows
+        of inputs of a static shape (64 values for an ``(None, 8, 8, 1)`` input)."""
+        try:
+            inputs = [tuple(t.shape) for t in (self.model.inputs or [])]
+        except (AttributeError, ValueError):  # a subclassed model: no declared inputs
+            inputs = []
+        if len(inputs) == len(arrays):
+            arrays = [shape_rows(np.asarray(a), s) if np.asarray(a).dtype != object else a
+                      for a, s in zip(arrays, inputs, strict=True)]
+        return _inputs(arrays)
 
     # ------------------------------------------------------------ sync
     def _broadcast_weights(self) -> None:
@@ -225,7 +238,7 @@ class KerasRunner(Runner):
             self._keras_batch += 1
         value = 0.0
         if batch.size > 0:
-            x, y = _inputs(batch.x), _inputs(batch.y)
+            x, y = self._x(batch.x), _inputs(batch.y)
             self._ensure_built(x)
             if self._step is None:
                 self._step = self._make_step()
@@ -254,7 +267,7 @@ class KerasRunner(Runner):
         self._rows += batch.size
 
     def eval_batch(self, batch: Batch) -> tuple[float, list[np.ndarray]]:
-        x, y = _inputs(batch.x), _inputs(batch.y)
+        x, y = self._x(batch.x), _inputs(batch.y)
         pred = self.model(x, training=False)
         loss = _keras.compute_loss(self.model, x, y, pred, None, training=False) if self.model.loss else None
         self.model.compute_metrics(x, y, pred, None)
@@ -263,7 +276,7 @@ class KerasRunner(Runner):
 
     def predict_batch(self, batch: Batch) -> list[np.ndarray]:
         try:
-            out = self.model(_inputs(batch.x), training=False)
+            out = self.model(self._x(batch.x), training=False)
         except (ValueError, TypeError) as exc:
             shapes = [tuple(a.shape) for a in batch.x]
             raise ValueError(f"the model rejected input shape(s) {shapes}: {exc}") from None
@@ -286,7 +299,7 @@ class KerasRunner(Runner):
         built = _keras.compiled_metrics(self.model)  # tf_keras lists none before its first update
         if not built or any(not m.variables for m in built):  # build them on one real row
             x, y = live[0]["sample"]
-            xs, ys = _inputs(x), _inputs(y)
+            xs, ys = self._x(x), _inputs(y)
             self.model.compute_metrics(xs, ys, self.model(xs, training=False), None)
         metrics = _keras.compiled_metrics(self.model)
         for i, m in enumerate(metrics):
