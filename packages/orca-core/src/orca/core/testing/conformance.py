@@ -116,6 +116,9 @@ class EstimatorConformance:
     #: all. Backends that share a launcher and differ only in the gradient transport (torch and
     #: tf ``bigdl`` vs ``spark``) may run them once, to keep CI within its time budget.
     launcher_backends: tuple[str, ...] | None = None
+    #: backends that run the partition matrix (``None``: ``launcher_backends``); a package with two
+    #: Estimators on the same launchers (orca-tf's Keras and graph ones) may split them between the two
+    partition_backends: tuple[str, ...] | None = None
     #: ``(dtype, value)``: a finite feature whose squared error overflows the model's arithmetic
     #: (float32 frameworks: 3e38; a model computing in float64 needs a float64 1e200)
     overflowing_feature: tuple[Any, float] = (np.float32, 3e38)
@@ -284,9 +287,10 @@ class EstimatorConformance:
         the one-partition layout ends at (to ``atol``), with all 101 rows counted; every row is
         predicted once, as the single-process model does. Nothing hangs, drops or repeats a row.
         Partitions reach the workers through the launcher: run once per launcher (see
-        ``launcher_backends``)."""
-        if self.launcher_backends is not None and backend not in self.launcher_backends:
-            pytest.skip("launcher-level test: runs on another backend of the same launcher")
+        ``launcher_backends`` and ``partition_backends``)."""
+        backends = self.partition_backends if self.partition_backends is not None else self.launcher_backends
+        if backends is not None and backend not in backends:
+            pytest.skip("launcher-level test: runs on another backend (or Estimator) on the same launcher")
         x, y = regression_arrays(101, seed=3)
         spark = orca_context.spark_session()
         probe = data["x"][:16]
