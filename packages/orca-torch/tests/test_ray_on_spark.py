@@ -7,30 +7,6 @@ import pytest
 
 from orca.core.testing.ray_on_spark import check_ray_on_spark_fit, run_on_ray_on_spark
 
-DRIVER = r'''
-import numpy as np, torch
-from torch import nn
-from orca.core.testing.ray_on_spark import DriverRun
-from orca.torch import Estimator
-
-run = DriverRun.start()
-torch.manual_seed(0)
-est = Estimator.from_torch(model=nn.Sequential(nn.Linear(8, 1), nn.Sigmoid()), loss=nn.BCELoss(),
-                           optimizer=lambda m, c: torch.optim.Adam(m.parameters(), lr=0.05), backend="ray",
-                           workers_per_node=1)
-run.fitted(est, est.fit(run.df, epochs=4, batch_size=64, feature_cols=["x"], label_cols=["y"]))
-pred = est.predict(run.df, feature_cols=["x"]).toPandas()
-with torch.no_grad():
-    want = est.get_model()(torch.from_numpy(run.features(pred))).numpy()[:, 0]
-run.finish(est, pred, want)
-'''
-
-
-@pytest.mark.timeout(600)
-def test_ray_backend_runs_on_ray_nodes_started_on_the_spark_executors():
-    check_ray_on_spark_fit(run_on_ray_on_spark(DRIVER, timeout_s=540), max_err=1e-6)
-
-
 LOST_DRIVER = r'''
 import json, os, sys, tempfile, time
 import numpy as np, torch
@@ -44,6 +20,18 @@ TIMEOUT_S = 20
 run = DriverRun.start(worker_timeout_s=TIMEOUT_S)
 fit = dict(batch_size=64, feature_cols=["x"], label_cols=["y"])
 marks = tempfile.mkdtemp()
+
+# 0. a plain fit and predict on the Ray nodes started on the executors (one cluster for all three parts)
+torch.manual_seed(0)
+est = Estimator.from_torch(model=nn.Sequential(nn.Linear(8, 1), nn.Sigmoid()), loss=nn.BCELoss(),
+                           optimizer=lambda m, c: torch.optim.Adam(m.parameters(), lr=0.05), backend="ray",
+                           workers_per_node=1)
+run.fitted(est, est.fit(run.df, epochs=4, batch_size=64, feature_cols=["x"], label_cols=["y"]))
+pred = est.predict(run.df, feature_cols=["x"]).toPandas()
+with torch.no_grad():
+    want = est.get_model()(torch.from_numpy(run.features(pred))).numpy()[:, 0]
+run.predicted(pred, want)
+est.shutdown()
 
 def estimator():
     torch.manual_seed(0)
@@ -88,9 +76,9 @@ for kill in (True, False):
     if kill:
         out["restarts"] = [r["epoch"] for r in hist.restarts]
         out["epochs"] = [h["epoch"] for h in hist]
-        out["n"] = hist[-1]["num_samples"]
+        out["recovered_n"] = hist[-1]["num_samples"]
         out["nodes_after_restart"] = len(set(run.cluster_facts(est)["actor_nodes"]))
-        out["acc"] = float(((est.predict(run.x, batch_size=256)[:, 0] > 0.5) == (run.y > 0.5)).mean())
+        out["recovered_acc"] = float(((est.predict(run.x, batch_size=256)[:, 0] > 0.5) == (run.y > 0.5)).mean())
     est.shutdown()
 out["recovered_err"] = float(np.abs(results[0] - results[1]).max())
 out["pids_killed"] = [killed_at("a")[0], killed_at("b")[0]]
@@ -102,17 +90,20 @@ print(json.dumps({**run.facts, **out}))
 
 
 @pytest.mark.timeout(600)
-def test_an_executor_lost_mid_fit_fails_clearly_or_is_recovered():
-    """The Spark executor JVM under rank 1 is SIGKILLed mid-fit (its keeper then ends its Ray node and
-    the actor on it). max_failures=0: a WorkerLostError naming the rank within worker_timeout_s, the
-    model of the last fit kept, and the next call runs on two nodes again (Spark replaces the executor
-    and Orca starts a Ray node on it). max_failures=1: the fit resumes from the last epoch on the
-    replacement node and ends with an uninterrupted run's weights."""
+def test_ray_backend_on_the_spark_executors_fits_predicts_and_survives_a_lost_executor():
+    """One standalone cluster, three parts. 0: the ray backend runs on Ray nodes started on the
+    Spark executors (auth on, local-first data, predictions equal the driver's model). Then the
+    Spark executor JVM under rank 1 is SIGKILLed mid-fit (its keeper then ends its Ray node and the
+    actor on it). 1, max_failures=0: a WorkerLostError naming the rank within worker_timeout_s,
+    the model of the last fit kept, and the next call runs on two nodes again (Spark replaces the
+    executor and Orca starts a Ray node on it). 2, max_failures=1: the fit resumes from the last
+    epoch on the replacement node and ends with an uninterrupted run's weights."""
     out = run_on_ray_on_spark(LOST_DRIVER, timeout_s=540)
+    check_ray_on_spark_fit(out, max_err=1e-6)
     assert out["error_type"] == "WorkerLostError" and "rank 1" in out["error"], out
     assert out["failed_after_s"] < 20 + 5, out
     assert out["same_after_failure"] and out["workers_after_failure"] == 2 and out["evaluated"] == 8000, out
-    assert out["restarts"] == [2] and out["epochs"] == [1, 2] and out["n"] == 8000, out
-    assert out["nodes_after_restart"] == 2 and out["acc"] > 0.9, out
+    assert out["restarts"] == [2] and out["epochs"] == [1, 2] and out["recovered_n"] == 8000, out
+    assert out["nodes_after_restart"] == 2 and out["recovered_acc"] > 0.9, out
     assert out["recovered_err"] < 1e-5, out
     assert len(set(out["pids_killed"])) == 2 and out["left"] == [], out

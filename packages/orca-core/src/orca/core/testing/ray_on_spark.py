@@ -101,18 +101,21 @@ class DriverRun:
             "crossed_bytes": placement.crossed_bytes, "total_bytes": placement.total_bytes,
         })
 
-    def finish(self, est: Any, pred: Any, want: Any, **extra: Any) -> None:
+    def predicted(self, pred: Any, want: Any, **extra: Any) -> None:
         """Compare the cluster's predictions (``pred``: a pandas frame with ``x``, ``y`` and
-        ``prediction``) with ``want`` (the trained model run on the driver), shut everything
-        down and print the facts as the script's JSON result."""
-        from orca.core import stop_orca_context
-
+        ``prediction``) with ``want`` (the trained model run on the driver); record the facts."""
         got = np.asarray([np.asarray(p).reshape(-1)[0] for p in pred["prediction"].to_numpy()], np.float64)
         want = np.asarray(want, np.float64).reshape(-1)
         labels = pred["y"].to_numpy() > 0.5
         self.facts.update(extra)
         self.facts.update({"rows": len(got), "acc": float(((got > 0.5) == labels).mean()),
                            "max_err": float(np.abs(got - want).max())})
+
+    def finish(self, est: Any, pred: Any, want: Any, **extra: Any) -> None:
+        """:meth:`predicted`, then shut everything down and print the facts as the script's JSON result."""
+        from orca.core import stop_orca_context
+
+        self.predicted(pred, want, **extra)
         est.shutdown()
         stop_orca_context()
         print(json.dumps(self.facts))
