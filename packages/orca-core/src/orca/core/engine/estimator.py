@@ -218,17 +218,19 @@ class BaseEstimator:
             max_failures = self._ctx().settings.max_failures
         if not isinstance(max_failures, int) or max_failures < 0:
             raise ValueError(f"max_failures must be a non-negative int, got {max_failures!r}.")
-        self._notify({"event": "fit_begin", "params": {
-            "estimator": type(self).__name__, "backend": self.backend, "num_workers": self.num_workers,
-            "epochs": epochs, "batch_size": batch_size, "shuffle": shuffle, "max_failures": max_failures,
-            "start_epoch": args.start_epoch, "data": src.what, **{f"config.{k}": v for k, v in
-                                                                   dict(self.spec.get("config") or {}).items()}}})
+        if self.fit_listeners:  # (the parameters cost a look at the context: only when someone listens)
+            self._notify({"event": "fit_begin", "params": {
+                "estimator": type(self).__name__, "backend": self.backend, "num_workers": self.num_workers,
+                "epochs": epochs, "batch_size": batch_size, "shuffle": shuffle, "max_failures": max_failures,
+                "start_epoch": args.start_epoch, "data": src.what, **{f"config.{k}": v for k, v in
+                                                                       dict(self.spec.get("config") or {}).items()}}})
         try:
             history, restarts = self._fit_epochs(src, val, args, epochs, max_steps, max_failures)
         except BaseException as exc:
             self._notify({"event": "fit_failed", "error": f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"})
             raise
-        self._notify({"event": "fit_end", "history": [dict(h) for h in history], "restarts": list(restarts)})
+        if self.fit_listeners:
+            self._notify({"event": "fit_end", "history": [dict(h) for h in history], "restarts": list(restarts)})
         if not reduce_results:
             return History([[dict(h) for _ in range(self.num_workers)] for h in history])
         out = History(history)
