@@ -194,7 +194,11 @@ class GraphEstimator(BaseEstimator):
             if os.path.exists(target):
                 old = f"{tmp}.old"
                 os.rename(target, old)
-                os.rename(tmp, target)
+                try:
+                    os.rename(tmp, target)
+                except OSError:
+                    os.rename(old, target)  # the export that stood there stays
+                    raise
                 shutil.rmtree(old, ignore_errors=True)
             else:
                 os.rename(tmp, target)
