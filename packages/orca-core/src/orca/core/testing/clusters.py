@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -206,6 +207,9 @@ def spark_standalone_cluster(
         shutil.rmtree(workdir, ignore_errors=True)
 
 
+_MASTER_UI_BOUND = re.compile(r"Bound MasterWebUI to \S+, and started at (http://\S+)")
+
+
 def _wait_for_spark_worker(
     cluster: SparkStandaloneCluster, logs: list[Path], timeout_s: float, workers: int = 1
 ) -> None:
@@ -218,12 +222,16 @@ def _wait_for_spark_worker(
                     f"Spark standalone process exited with {proc.returncode} "
                     f"({proc.args!r}):\n{_tail(log_path)}"
                 )
+        bound = _MASTER_UI_BOUND.search(_tail(logs[0], 100_000))
+        if bound is not None and bound.group(1) != cluster.webui_url:
+            # Spark moves a service to the next port when its own is taken: follow the log.
+            cluster.webui_url = bound.group(1)
         try:
             state = cluster.state()
             alive = [w for w in state.get("workers", []) if w.get("state") == "ALIVE"]
             if len(alive) >= workers and all(w.get("cores") == cluster.cores for w in alive):
                 return
-        except OSError as exc:  # the master UI is not up yet
+        except (OSError, ValueError) as exc:  # the master UI is not up yet (or not yet bound)
             last_error = exc
         time.sleep(0.5)
     raise RuntimeError(
