@@ -31,6 +31,7 @@ from orca.core.testing.conformance import (
     PARTITION_LAYOUTS,
     EstimatorConformance,
     frame_with_layout,
+    regression_arrays,
 )
 
 # ---------------------------------------------------------------- the framework (what a plug-in writes)
@@ -38,6 +39,8 @@ from orca.core.testing.conformance import (
 
 class NumpyLinearRunner(Runner):
     """``y = x @ w + b`` with plain SGD on the mean squared error."""
+
+    can_skip_steps = True
 
     def setup(self, rendezvous: Rendezvous) -> None:
         super().setup(rendezvous)  # seeds numpy, joins the sync group
@@ -51,7 +54,7 @@ class NumpyLinearRunner(Runner):
             raise ValueError(f"the model takes rows of {NUM_FEATURES} features, got shape {x.shape}.")
         return x.astype(np.float64) @ self.w + self.b[0]
 
-    def train_batch(self, batch: Batch) -> float:
+    def train_batch(self, batch: Batch, skip_non_finite: bool = False) -> float | None:
         grad_w, grad_b, loss = np.zeros_like(self.w), np.zeros(1), 0.0
         if batch.size:
             x, y = batch.x[0], batch.y[0].reshape(-1)
@@ -59,7 +62,10 @@ class NumpyLinearRunner(Runner):
             loss = float(np.mean(err ** 2))
             grad_w = 2 * x.T @ err / batch.size * batch.weight  # weighted: the mean is the global batch's
             grad_b = np.array([2 * err.mean() * batch.weight])
-        grad_w, grad_b = unpack(self.allreduce_mean_(pack([grad_w, grad_b])), [grad_w, grad_b])
+        reduced = self.allreduce_mean_(pack([grad_w, grad_b]))
+        if skip_non_finite and not np.isfinite(reduced).all():
+            return None  # the same on every rank: every rank skips
+        grad_w, grad_b = unpack(reduced, [grad_w, grad_b])
         self.w -= self.lr * grad_w
         self.b -= self.lr * grad_b
         return loss
@@ -302,3 +308,27 @@ def test_an_estimator_outlives_its_workers_and_its_context() -> None:
 
     out = run_python(OUTLIVES_DRIVER.format(tests=os.path.dirname(os.path.abspath(__file__))), timeout_s=240)
     assert out == {"after_shutdown": True, "after_stop": True, "new_context": True, "context_after": False}
+
+
+class _NoSkipRunner(NumpyLinearRunner):
+    can_skip_steps = False
+
+
+class _NoSkipEstimator(NumpyEstimator):
+    backends = declare(Backend("spark", "spark", _NoSkipRunner, "Spark barrier tasks"))
+
+
+@pytest.mark.timeout(60)
+def test_skipping_steps_is_refused_on_the_driver_where_the_runner_cannot(orca_context: Any) -> None:
+    """A framework whose runner does not implement skipping is told so before any worker starts,
+    and a non-bool flag is refused too."""
+    est = _NoSkipEstimator.from_numpy(backend="spark")
+    x, y = regression_arrays()
+    try:
+        with pytest.raises(ValueError, match=r"_NoSkipEstimator on the 'spark' backend cannot skip non-finite"):
+            est.fit({"x": x, "y": y}, batch_size=8, skip_non_finite_steps=True)
+        with pytest.raises(TypeError, match="skip_non_finite_steps must be True or False"):
+            NumpyEstimator.from_numpy().fit({"x": x, "y": y}, batch_size=8, skip_non_finite_steps="yes")
+        assert est._group is None  # nothing was started
+    finally:
+        est.shutdown()

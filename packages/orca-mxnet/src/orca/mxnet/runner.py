@@ -61,6 +61,8 @@ def _metric_list(metric: Any) -> list[Any]:
 class MXNetRunner(Runner):
     """Runs a Gluon ``Block`` in one Orca worker."""
 
+    can_skip_steps = True
+
     def __init__(self, spec: dict[str, Any]) -> None:
         # the same initial weights on every rank: the config's seed (create_config), else 0
         config = spec.get("config") or {}
@@ -143,7 +145,7 @@ class MXNetRunner(Runner):
                              f"{str(exc).splitlines()[0]}") from None
 
     # ------------------------------------------------------------ steps
-    def train_batch(self, batch: Batch) -> float:
+    def train_batch(self, batch: Batch, skip_non_finite: bool = False) -> float | None:
         params = self._params()
         value = 0.0
         if batch.size > 0:
@@ -166,8 +168,13 @@ class MXNetRunner(Runner):
         if self.group is not None:
             grads = [p.grad() for p in params if p.grad_req != "null"]
             arrays = [g.asnumpy() for g in grads]
-            for g, mean in zip(grads, unpack(self.allreduce_mean_(pack(arrays, np.float32)), arrays), strict=True):
+            reduced = self.allreduce_mean_(pack(arrays, np.float32))
+            if skip_non_finite and not np.isfinite(reduced).all():
+                return None  # the same reduced gradient on every rank: every rank skips this step
+            for g, mean in zip(grads, unpack(reduced, arrays), strict=True):
                 g[:] = mx.nd.array(mean, dtype=g.dtype)
+        elif skip_non_finite and not all(np.isfinite(p.grad().asnumpy()).all() for p in params if p.grad_req != "null"):
+            return None
         for p in params:  # written by the all-reduce (or zeroed), not by this rank's backward: still fresh
             if p.grad_req != "null":
                 p.data()._fresh_grad = True

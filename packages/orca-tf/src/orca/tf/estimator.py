@@ -274,6 +274,7 @@ class Estimator(BaseEstimator):
         verbose: int | None = None,
         shuffle: bool = True,
         max_failures: int | None = None,
+        skip_non_finite_steps: bool = False,
     ) -> History:
         """Train data-parallel; every step applies exactly the global batch's gradient.
 
@@ -304,6 +305,9 @@ class Estimator(BaseEstimator):
             max_failures: lost workers the fit recovers from, resuming from the last completed
                 epoch (see ``orca.core``'s ``BaseEstimator.fit``; Keras callbacks then start afresh
                 with each epoch).
+            skip_non_finite_steps: leave out (not apply) a step whose all-reduced gradient holds
+                NaN/Inf, on every worker alike, and count it in the History's ``skipped_steps``
+                (see ``BaseEstimator.fit``); the compiled metrics still see the skipped batch.
 
         Returns:
             A History: ``history.history`` has Keras' keys (``loss``, compiled metric names,
@@ -335,7 +339,8 @@ class Estimator(BaseEstimator):
                                   feature_cols=feature_cols, label_cols=label_cols, validation_data=validation_data,
                                   callbacks=[_KerasFit(options), *orca_cbs], shuffle=shuffle,
                                   validation_freq=validation_freq, steps_per_epoch=steps_per_epoch,
-                                  validation_steps=validation_steps, max_failures=max_failures)
+                                  validation_steps=validation_steps, max_failures=max_failures,
+                                  skip_non_finite_steps=skip_non_finite_steps)
         finally:
             self.use_tqdm = use_tqdm
         return history

@@ -59,7 +59,7 @@ class GraphEstimator(BaseEstimator):
     def fit(self, data: Any, epochs: int = 1, batch_size: int = 32, feature_cols: Any = None,  # type: ignore[override]
             label_cols: Any = None, validation_data: Any = None, callbacks: list[Any] | None = None,
             max_steps: int | None = None, shuffle: bool = True, validation_freq: int = 1,
-            max_failures: int | None = None) -> History:
+            max_failures: int | None = None, skip_non_finite_steps: bool = False) -> History:
         """Train data-parallel: each step applies exactly the global batch's gradient of ``loss``.
 
         Args:
@@ -78,6 +78,8 @@ class GraphEstimator(BaseEstimator):
             shuffle: shuffle each worker's rows every epoch.
             validation_freq: validate after every this many epochs.
             max_failures: lost workers the fit recovers from (see ``BaseEstimator.fit``).
+            skip_non_finite_steps: leave out a step whose all-reduced gradient holds NaN/Inf
+                (see ``BaseEstimator.fit``).
 
         Returns:
             A History: per epoch ``loss``, the graph metrics (on the training batches, before each
@@ -90,7 +92,7 @@ class GraphEstimator(BaseEstimator):
         return super().fit(data, epochs=epochs, batch_size=batch_size, feature_cols=feature_cols,
                            label_cols=label_cols, validation_data=validation_data, callbacks=callbacks,
                            max_steps=max_steps, shuffle=shuffle, validation_freq=validation_freq,
-                           max_failures=max_failures)
+                           max_failures=max_failures, skip_non_finite_steps=skip_non_finite_steps)
 
     def evaluate(self, data: Any, batch_size: int = 32, feature_cols: Any = None,
                  label_cols: Any = None) -> dict[str, float]:

@@ -31,6 +31,8 @@ from orca.tf._graph import clip_feed, feed_arrays
 class GraphRunner(Runner):
     """Runs a serialized ``tf.compat.v1`` graph in one Orca worker (see the module doc)."""
 
+    can_skip_steps = True
+
     def setup(self, rendezvous: Rendezvous) -> None:
         super().setup(rendezvous)
         import tensorflow as tf
@@ -92,7 +94,7 @@ class GraphRunner(Runner):
             self._rows += rows
 
     # ------------------------------------------------------------ steps
-    def train_batch(self, batch: Batch) -> float:
+    def train_batch(self, batch: Batch, skip_non_finite: bool = False) -> float | None:
         if self.apply_op is None:
             raise ValueError("the graph has no optimizer (or no loss): pass loss= and optimizer= (a "
                              "tf.compat.v1.train.Optimizer) to Estimator.from_graph to fit.")
@@ -108,6 +110,8 @@ class GraphRunner(Runner):
         else:  # no rows in this step: the all-reduce still needs this rank's (zero) share
             flat = np.zeros(self.grad_size, np.float32)
         self.allreduce_mean_(flat)
+        if skip_non_finite and not np.isfinite(flat).all():
+            return None  # the same reduced gradient on every rank: every rank skips this step
         self.sess.run(self.apply_op, {self.grad_in: flat, **self.clip_feed})
         return value
 

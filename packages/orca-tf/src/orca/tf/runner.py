@@ -51,17 +51,25 @@ def _outputs(out: Any) -> list[np.ndarray]:
 
 @dataclass
 class _Step:
-    """A worker's compiled step: ``step`` (one worker) or ``grads_of`` + ``reduce_apply`` (several)."""
+    """A worker's compiled step: ``step`` (one worker) or ``grads_of`` + ``reduce_apply`` (several).
+
+    A step that may be skipped (``fit(skip_non_finite_steps=True)``) runs unfused instead:
+    ``grads_of``, ``reduce`` (the all-reduced mean, the same on every rank), a finiteness
+    check on the host, then ``apply_flat`` (each traced on first use only).
+    """
 
     step: Any = None
     grads_of: Any = None
     reduce_apply: Any = None
+    reduce: Any = None
+    apply_flat: Any = None
     size: int = 0
 
 
 class KerasRunner(Runner):
     """Runs a compiled Keras 3 or tf_keras model in one Orca worker."""
 
+    can_skip_steps = True
     strategy: Any = None
     #: keep the replicas in step with orca.core.sync (the ``bigdl`` backend) instead of the strategy
     orca_sync = False
@@ -170,6 +178,16 @@ class KerasRunner(Runner):
             if counter is not None:  # tf_keras counts steps here (its TensorBoard's batch step)
                 counter.assign_add(1)
 
+        @tf.function(reduce_retracing=True)
+        def grads_of(x: Any, y: Any, sw: Any, weight: Any) -> Any:
+            loss, grads = loss_and_grads(x, y, sw, weight)
+            return loss, tf.concat([tf.cast(tf.reshape(g, [-1]), tf.float32) for g in grads], 0)
+
+        @tf.function(input_signature=[tf.TensorSpec([sum(sizes)], tf.float32)])
+        def apply_flat(flat: Any) -> None:
+            parts = tf.split(flat, sizes)
+            apply([tf.cast(tf.reshape(p, s), v.dtype) for p, s, v in zip(parts, shapes, tvars, strict=True)])
+
         if self.world == 1:  # one worker: one tf.function a step, as in model.fit
             @tf.function(reduce_retracing=True)
             def step(x: Any, y: Any, sw: Any, weight: Any) -> Any:
@@ -177,16 +195,16 @@ class KerasRunner(Runner):
                 apply(grads)
                 return loss
 
-            return _Step(step=step)
-
-        @tf.function(reduce_retracing=True)
-        def grads_of(x: Any, y: Any, sw: Any, weight: Any) -> Any:
-            loss, grads = loss_and_grads(x, y, sw, weight)
-            return loss, tf.concat([tf.cast(tf.reshape(g, [-1]), tf.float32) for g in grads], 0)
+            return _Step(step=step, grads_of=grads_of, reduce=lambda flat: flat, apply_flat=apply_flat)
 
         if self.orca_sync:
-            return _Step(grads_of=grads_of, reduce_apply=self._orca_reduce_apply(apply, shapes, sizes, tvars),
-                         size=sum(sizes))
+            def orca_reduce(flat: Any) -> Any:
+                buf = np.array(flat, dtype=np.float32)  # a writable copy of the tensor (80 KB..MBs)
+                self.allreduce_mean_(buf)
+                return tf.constant(buf)
+
+            return _Step(grads_of=grads_of, reduce_apply=lambda flat: apply_flat(orca_reduce(flat)),
+                         reduce=orca_reduce, apply_flat=apply_flat, size=sum(sizes))
 
         # Every rank runs this same function once a step (an empty share with zeros): one trace,
         # so the collective inside it has the same instance on every rank, and no eager
@@ -197,24 +215,12 @@ class KerasRunner(Runner):
             parts = tf.split(total, sizes)
             apply([tf.cast(tf.reshape(p, s), v.dtype) for p, s, v in zip(parts, shapes, tvars, strict=True)])
 
-        return _Step(grads_of=grads_of, reduce_apply=reduce_apply, size=sum(sizes))
-
-    def _orca_reduce_apply(self, apply: Any, shapes: list[Any], sizes: list[int], tvars: list[Any]) -> Any:
-        """The ``bigdl`` backend's step end: all-reduce the flat gradient with orca.core.sync (a
-        numpy buffer, reduced in place), then apply it in one tf.function."""
-        import tensorflow as tf
-
         @tf.function(input_signature=[tf.TensorSpec([sum(sizes)], tf.float32)])
-        def apply_flat(flat: Any) -> None:
-            parts = tf.split(flat, sizes)
-            apply([tf.cast(tf.reshape(p, s), v.dtype) for p, s, v in zip(parts, shapes, tvars, strict=True)])
+        def reduce(flat: Any) -> Any:
+            return _sync.all_sum(strategy, flat) / world
 
-        def reduce_apply(flat: Any) -> None:
-            buf = np.array(flat, dtype=np.float32)  # a writable copy of the tensor (80 KB..MBs)
-            self.allreduce_mean_(buf)
-            apply_flat(tf.constant(buf))
-
-        return reduce_apply
+        return _Step(grads_of=grads_of, reduce_apply=reduce_apply, reduce=reduce, apply_flat=apply_flat,
+                     size=sum(sizes))
 
     # ------------------------------------------------------------ steps
     def _sample_weight(self, y: list[np.ndarray]) -> Any:
@@ -226,7 +232,7 @@ class KerasRunner(Runner):
             labels = labels.argmax(-1)
         return np.asarray([cw.get(int(v), 1.0) for v in labels.reshape(len(labels), -1)[:, 0]], np.float32)
 
-    def train_batch(self, batch: Batch) -> float:
+    def train_batch(self, batch: Batch, skip_non_finite: bool = False) -> float | None:
         if not _keras.is_compiled(self.model):
             raise ValueError("the model is not compiled: model_creator must return model.compile(optimizer=..., "
                              "loss=...)'d model, or pass compile_args_creator.")
@@ -244,22 +250,35 @@ class KerasRunner(Runner):
                 self._step = self._make_step()
             sw = self._sample_weight(batch.y)
             weight = tf.constant(batch.weight, tf.float32)
-            if self._step.step is not None:
-                value = float(self._step.step(x, y, sw, weight))
-            else:
-                loss, flat = self._step.grads_of(x, y, sw, weight)
-                value = float(loss)
-                self._step.reduce_apply(flat)
             self._remember_sample(batch)
-            return value
+            if skip_non_finite:
+                loss, flat = self._step.grads_of(x, y, sw, weight)
+                return float(loss) if self._apply_if_finite(flat) else None
+            if self._step.step is not None:
+                return float(self._step.step(x, y, sw, weight))
+            loss, flat = self._step.grads_of(x, y, sw, weight)
+            self._step.reduce_apply(flat)
+            return float(loss)
         if self._step is None:
             if not self.model.built:
                 raise ValueError("a worker holds no rows in the first step and the model has no known input "
                                  "shape; give the model an Input layer.")
             self._step = self._make_step()
         if self._step.reduce_apply is not None:  # the collective still needs this rank's (zero) share
-            self._step.reduce_apply(tf.zeros([self._step.size], tf.float32))
+            zeros = tf.zeros([self._step.size], tf.float32)
+            if skip_non_finite:
+                return value if self._apply_if_finite(zeros) else None
+            self._step.reduce_apply(zeros)
         return value
+
+    def _apply_if_finite(self, flat: Any) -> bool:
+        """All-reduce ``flat`` and apply it unless it holds NaN/Inf (the same answer on every rank)."""
+        assert self._step is not None
+        total = self._step.reduce(flat)
+        if not np.isfinite(np.asarray(total)).all():
+            return False
+        self._step.apply_flat(total)
+        return True
 
     def _remember_sample(self, batch: Batch) -> None:
         if self._metric_sample is None:

@@ -50,6 +50,8 @@ def _outputs(out: Any) -> list[torch.Tensor]:
 class TorchRunner(Runner):
     """Runs a torch model in one Orca worker."""
 
+    can_skip_steps = True
+
     def seed_framework(self, seed: int) -> None:
         torch.manual_seed(seed)
 
@@ -147,7 +149,7 @@ class TorchRunner(Runner):
         if self.world > 1:
             self._allreduce_mean_(flat)
 
-    def train_batch(self, batch: Batch) -> float:
+    def train_batch(self, batch: Batch, skip_non_finite: bool = False) -> float | None:
         if self.optimizer is None:
             raise ValueError("no optimizer was given to from_torch(optimizer=...); it is needed to train.")
         self.model.train()
@@ -160,6 +162,8 @@ class TorchRunner(Runner):
             (loss * batch.weight).backward()
             value = float(loss.detach())
         self._sync_gradients(flat)
+        if skip_non_finite and not bool(torch.isfinite(flat).all()):
+            return None  # the same reduced gradient on every rank: every rank skips this step
         self.optimizer.step()
         return value
 

@@ -252,8 +252,8 @@ class ChildRunner(Runner):
             raise AttributeError(name)
         return lambda *args: self._call(name, *args)
 
-    def train_batch(self, batch: Batch) -> float:
-        return self._call("train_batch", batch)
+    def train_batch(self, batch: Batch, skip_non_finite: bool = False) -> float | None:
+        return self._call("train_batch", batch, True) if skip_non_finite else self._call("train_batch", batch)
 
     def eval_batch(self, batch: Batch) -> tuple[float, list[Any]]:
         return self._call("eval_batch", batch)

@@ -153,7 +153,8 @@ class BaseEstimator:
             label_cols: Any = None, validation_data: Any = None, callbacks: list[Callback] | None = None,
             max_steps: int | None = None, shuffle: bool = True, reduce_results: bool = True,
             validation_freq: int = 1, steps_per_epoch: int | None = None,
-            validation_steps: int | None = None, max_failures: int | None = None) -> History:
+            validation_steps: int | None = None, max_failures: int | None = None,
+            skip_non_finite_steps: bool = False) -> History:
         """Train on ``data`` for ``epochs`` epochs, data-parallel over the workers.
 
         Args:
@@ -178,11 +179,18 @@ class BaseEstimator:
                 driver takes the state after every epoch; after a loss it starts new workers
                 from the last completed epoch and goes on, with the same data order, so the
                 result equals an uninterrupted run's. Exceptions in user code never restart.
+            skip_non_finite_steps: leave out a step whose gradient (reduced over the workers)
+                holds a NaN or an infinity: no worker applies it, the optimizer's state is
+                untouched, and the History counts it per epoch (``skipped_steps``). Default
+                ``False``: a non-finite loss fails the fit naming the epoch, step and rank, and
+                the Estimator keeps its last completed state. The framework's own training
+                metrics (Keras ``compile(metrics=)``, MXNet's) still see the skipped batch.
 
         Returns:
             A :class:`History`: per-epoch ``epoch``, ``num_samples``, ``batch_count``,
             ``train_loss`` (also as ``loss``), ``val_loss`` and ``val_<metric>`` (and, with
-            ``max_failures``, ``restarts``: how often that epoch was restarted); its
+            ``max_failures``, ``restarts``: how often that epoch was restarted; with
+            ``skip_non_finite_steps``, ``skipped_steps``); its
             ``restarts`` attribute lists each restart (``epoch``, ``cause``).
 
         Raises:
@@ -199,6 +207,12 @@ class BaseEstimator:
             if value is not None:
                 check_positive_int(name, value)
         self._check_batch_size(batch_size)
+        if not isinstance(skip_non_finite_steps, bool):
+            raise TypeError(f"skip_non_finite_steps must be True or False, got {skip_non_finite_steps!r}.")
+        if skip_non_finite_steps and not self.runner_cls.can_skip_steps:
+            raise ValueError(f"{type(self).__name__} on the {self.backend!r} backend cannot skip non-finite steps "
+                             f"({self.runner_cls.__name__} does not support it); fit without "
+                             "skip_non_finite_steps (a non-finite loss then stops the fit).")
         src = self._source(data, feature_cols, label_cols, True, "data")
         val = None
         if validation_data is not None:
@@ -213,7 +227,8 @@ class BaseEstimator:
         args = FitArgs(epochs=epochs, batch_size=batch_size, shuffle=shuffle, seed=int(self.spec.get("seed") or 0),
                        max_steps=max_steps, metrics=self.metrics, start_epoch=self._epoch,
                        callbacks=list(callbacks or []), validation_freq=validation_freq,
-                       steps_per_epoch=steps_per_epoch, validation_steps=validation_steps)
+                       steps_per_epoch=steps_per_epoch, validation_steps=validation_steps,
+                       skip_non_finite_steps=skip_non_finite_steps)
         if max_failures is None:
             max_failures = self._ctx().settings.max_failures
         if not isinstance(max_failures, int) or max_failures < 0:

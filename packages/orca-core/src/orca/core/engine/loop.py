@@ -47,6 +47,8 @@ class FitArgs:
     steps_per_epoch: int | None = None
     #: batches of one validation pass of a data creator
     validation_steps: int | None = None
+    #: a step whose reduced gradient holds NaN/Inf is left out (not applied) instead of failing the fit
+    skip_non_finite_steps: bool = False
 
 
 def evaluate_feed(
@@ -205,7 +207,7 @@ def _fit_epochs(runner: Runner, feed: Feed | None, val_feed: Feed | None, counts
             )
         else:
             batches = runner.lockstep(runner.native_batches(args.creator, local_bs, True, args.steps_per_epoch))
-        steps = 0
+        steps = skipped = 0
         it = iter(batches)
         while args.max_steps is None or steps_done < args.max_steps:
             # a step (and, with native loaders, the lock-step exchange before it) waits for every
@@ -214,7 +216,15 @@ def _fit_epochs(runner: Runner, feed: Feed | None, val_feed: Feed | None, counts
             batch = next(it, None)
             if batch is None:
                 break
-            value = runner.train_batch(batch)
+            taken = runner.train_batch(batch, True) if args.skip_non_finite_steps else runner.train_batch(batch)
+            if taken is None:  # skip_non_finite_steps, and the reduced gradient held NaN/Inf: no rank applied it
+                skipped += 1
+                steps += 1
+                steps_done += 1
+                beat("training", epoch=epoch + 1, step=steps)
+                callbacks.on_batch_end(steps - 1, {"loss": float("nan"), "skipped": True})
+                continue
+            value = taken
             if not math.isfinite(value):
                 raise FloatingPointError(
                     f"the training loss became {value} at epoch {epoch + 1}, step {steps + 1} (rank {rank}); the "
@@ -226,7 +236,8 @@ def _fit_epochs(runner: Runner, feed: Feed | None, val_feed: Feed | None, counts
             beat("training", epoch=epoch + 1, step=steps)
             callbacks.on_batch_end(steps - 1, {"loss": value})
         runner.on_epoch_end(epoch)
-        local: dict[str, Any] = {"train": loss.state, "steps": steps, "own": runner.metric_states()}
+        local: dict[str, Any] = {"train": loss.state, "steps": steps, "skipped": skipped,
+                                 "own": runner.metric_states()}
         validate = (epoch + 1) % max(1, args.validation_freq) == 0
         if validate and (val_feed is not None or args.val_creator is not None):
             vbatches = (
@@ -248,6 +259,8 @@ def _fit_epochs(runner: Runner, feed: Feed | None, val_feed: Feed | None, counts
             "loss": train.result(),
             "epoch_time_s": time.perf_counter() - t0,
         }
+        if args.skip_non_finite_steps:  # the same steps on every rank (the decision is the reduced gradient's)
+            stats["skipped_steps"] = int(max(g["skipped"] for g in gathered))
         if local["own"] is not None:
             stats.update(runner.merge_metric_states([g["own"] for g in gathered]))
         if "val" in local:

@@ -224,9 +224,19 @@ class Runner(abc.ABC):
                             global_size=global_rows)
 
     # -------------------------------------------------------------- steps
+    #: True when :meth:`train_batch` takes ``skip_non_finite`` (``fit(skip_non_finite_steps=True)``)
+    can_skip_steps: bool = False
+
     @abc.abstractmethod
-    def train_batch(self, batch: Batch) -> float:
-        """Take one synchronised training step; return the batch's mean loss (0.0 if empty)."""
+    def train_batch(self, batch: Batch, skip_non_finite: bool = False) -> float | None:
+        """Take one synchronised training step; return the batch's mean loss (0.0 if empty).
+
+        With ``skip_non_finite`` (only passed where :attr:`can_skip_steps` is True), a step whose
+        gradient, reduced over the group, holds a NaN or an infinity is not applied (optimizer
+        state included) and ``None`` is returned. Every rank holds the same reduced gradient,
+        so every rank skips the same steps: decide on the reduced gradient, never on this rank's
+        loss.
+        """
 
     @abc.abstractmethod
     def eval_batch(self, batch: Batch) -> tuple[float, list[np.ndarray]]:

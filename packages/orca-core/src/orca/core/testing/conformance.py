@@ -122,6 +122,8 @@ class EstimatorConformance:
     #: ``(dtype, value)``: a finite feature whose squared error overflows the model's arithmetic
     #: (float32 frameworks: 3e38; a model computing in float64 needs a float64 1e200)
     overflowing_feature: tuple[Any, float] = (np.float32, 3e38)
+    #: ``fit(skip_non_finite_steps=True)`` is supported
+    supports_skipping_non_finite: bool = True
 
     # ------------------------------------------------------------ hooks
     def make_estimator(self, backend: str) -> Any:
@@ -433,3 +435,37 @@ class EstimatorConformance:
             np.testing.assert_array_equal(np.asarray(est.predict(data["x"][:16], batch_size=8)).reshape(-1), before)
         finally:
             est.shutdown()
+
+    @pytest.mark.timeout(300)
+    def test_skipping_non_finite_steps_equals_the_fit_without_those_steps(self, backend: str,
+                                                                           data: dict[str, Any]) -> None:
+        """The overflowing row of the test above, with ``skip_non_finite_steps=True``: the global step
+        it is in (rank 0's rows 8-11 and rank 1's rows 24-27, every epoch) is left out on both
+        ranks, the History counts one skipped step per epoch, and the model equals one trained on
+        the same rows without that step's rows (each rank then holds the same other steps)."""
+        if not self.supports_fit or not self.supports_skipping_non_finite:
+            pytest.skip("this Estimator does not train or cannot skip steps")
+        if self.launcher_backends is not None and backend not in self.launcher_backends:
+            pytest.skip("launcher-level test: runs on another backend of the same launcher")
+        dtype, huge = self.overflowing_feature
+        x, y = data["x"][:32].astype(dtype), data["y"][:32]
+        x[16 + 2 * 4, 0] = huge
+        keep = np.r_[0:8, 12:24, 28:32]
+        probe = data["x"][32:64]
+        preds, losses = [], []
+        for rows, skip in ((slice(None), True), (keep, False)):
+            est = self.make_estimator(backend)
+            try:
+                hist = est.fit({"x": x[rows], "y": y[rows]}, epochs=2, batch_size=8, shuffle=False,
+                               skip_non_finite_steps=skip)
+                if skip:
+                    assert [h["skipped_steps"] for h in hist] == [1, 1]
+                    assert [h["batch_count"] for h in hist] == [4, 4]
+                    assert all(np.isfinite(h["loss"]) for h in hist)
+                losses.append([h["loss"] for h in hist])
+                preds.append(np.asarray(est.predict(probe, batch_size=8)).reshape(-1))
+            finally:
+                est.shutdown()
+        assert np.isfinite(preds[0]).all()
+        np.testing.assert_allclose(preds[0], preds[1], atol=self.recovery_atol)
+        np.testing.assert_allclose(losses[0], losses[1], rtol=1e-5)
