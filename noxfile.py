@@ -286,6 +286,46 @@ def build(session: nox.Session) -> None:
         session.error("; ".join(problems))
 
 
+#: ``nox -s install_check``: distribution (and extra) -> (the framework's own pins from the index,
+#: packages added without their dependencies, the quickstart's --framework). One fresh environment
+#: each: mxnet needs numpy<1.24 and bigdl Spark 3.5 with numpy<2, so neither shares an environment
+#: with the others (the meta-package's [all] extra leaves them out for that reason).
+INSTALL_CHECKS: dict[str, tuple[tuple[str, ...], tuple[str, ...], str]] = {
+    "orca-torch": ((TORCH,), (), "torch"),
+    "orca-tf[cpu]": (("tensorflow-cpu==2.21.0",), (), "tf"),
+    "orca-mxnet": (("mxnet==1.9.1", "numpy==1.23.5"), (), "mxnet"),
+    "orca-bigdl": ((), ("bigdl-dllib-spark3==2.4.0", "bigdl-core==2.4.0.dev0"), "bigdl"),
+    "orca-openvino": (("openvino==2026.4.1",), (), "openvino"),
+    "orca-all[torch]": ((TORCH,), (), "torch"),
+}
+
+
+@nox.session(python=PYTHON)
+@nox.parametrize("dist", list(INSTALL_CHECKS))
+def install_check(session: nox.Session, dist: str) -> None:
+    """Install one distribution *by name* from the wheels ``nox -s build`` left in dist/ (its
+    framework's pins and third-party dependencies from the index, never a path or ``-e``) into a
+    fresh environment, check that every ``orca`` module comes from that environment, and run the
+    quickstart (a 2-worker fit and a DataFrame predict) there. ``nox -s build install_check``."""
+    wheels = sorted(Path("dist").glob("*.whl"))
+    if not wheels:
+        session.error("no wheels in dist/: run `nox -s build` first (`nox -s build install_check`).")
+    pins, no_deps, framework = INSTALL_CHECKS[dist]
+    if TORCH in pins:
+        session.install(TORCH)  # alone and pinned first: no other resolution may pull a CUDA build
+    session.install("--find-links", "dist", *pins, dist)
+    if no_deps:
+        session.install("--no-deps", *no_deps)
+    module = f"orca.{framework}"
+    session.run("python", "-c", (
+        f"import importlib.metadata as md, orca.core, {module}\n"
+        f"for mod in (orca.core, {module}):\n"
+        "    assert 'site-packages' in mod.__file__, f'{mod.__name__} comes from {mod.__file__}'\n"
+        "print('orca-estimator-core', md.version('orca-estimator-core'), orca.core.__file__)"))
+    _runtime_env(session)
+    session.run("python", str(Path("examples") / "quickstart.py"), "--framework", framework, *session.posargs)
+
+
 BENCH_PEERS = ("ray[default,train]==2.60.0",)  # Ray Train's TorchTrainer / TensorflowTrainer
 PETASTORM = "petastorm==0.13.1"  # optional peer of the data path: its failure is reported, not fatal
 
