@@ -360,18 +360,29 @@ def ray_cluster(
         ("node", [*join_cmd, "start", "--address", address, *node_args(num_cpus_worker)]),
     ]
     logs = [temp_dir / f"{name}.log" for name, _ in commands]
+
+    def start(cmd: list[str], log_path: Path) -> None:
+        with open(log_path, "ab") as log_file:
+            cluster.processes.append(subprocess.Popen(
+                cmd, env=env, cwd=temp_dir, stdin=subprocess.DEVNULL,
+                stdout=log_file, stderr=subprocess.STDOUT, start_new_session=True,
+            ))
+
     try:
-        for (name, cmd), log_path in zip(commands, logs, strict=True):
-            with open(log_path, "wb") as log_file:
-                cluster.processes.append(
-                    subprocess.Popen(
-                        cmd, env=env, cwd=temp_dir, stdin=subprocess.DEVNULL,
-                        stdout=log_file, stderr=subprocess.STDOUT, start_new_session=True,
-                    )
-                )
-            if name == "head":
-                _wait_for_ray_nodes(cluster, 1, logs, timeout_s)
-        _wait_for_ray_nodes(cluster, 2, logs, timeout_s)
+        start(commands[0][1], logs[0])
+        _wait_for_ray_nodes(cluster, 1, logs, timeout_s)
+        for attempt in (1, 2):
+            start(commands[1][1], logs[1])
+            try:
+                _wait_for_ray_nodes(cluster, 2, logs, timeout_s)
+                break
+            except RuntimeError:
+                node = cluster.processes[-1]
+                if attempt == 2 or node.poll() is None or cluster.processes[0].poll() is not None:
+                    raise
+                # The second node gave up while the head lives ("timed out during startup" on a
+                # busy machine): start it once more; what the first try left is killed on exit.
+                cluster.processes.pop()
         yield cluster
     finally:
         kill_pids(cluster.pids())
