@@ -220,17 +220,33 @@ def openvino(session: nox.Session) -> None:
     _pytest(session, "orca-openvino")
 
 
+WORKFLOW = ".github/workflows/ci.yml"
+WORKFLOW_CHECK = """
+import sys, yaml
+path, tested = sys.argv[1], sorted(sys.argv[2:])
+jobs = yaml.safe_load(open(path))["jobs"]
+filters = yaml.safe_load(jobs["changes"]["steps"][1]["with"]["filters"])
+assert sorted(filters) == tested, f"{path}: path filters {sorted(filters)} != nox test sessions {tested}"
+assert "nox -s ${{ matrix.session }}" in jobs["test"]["steps"][-1]["run"], "the test job must run the nox session"
+print(f"{path}: one job per nox test session: {tested}")
+"""
+
+
 @test_session
 def lint(session: nox.Session) -> None:
-    """ruff over packages/, benchmarks/, examples/ and noxfile.py; mypy on orca-core."""
-    session.install("ruff==0.17.6", "mypy==2.4.1", "-e", "packages/orca-core")
+    """ruff over packages/, benchmarks/, examples/ and noxfile.py; mypy on orca-core; the GitHub
+    workflow runs one job per test session."""
+    session.install("ruff==0.17.6", "mypy==2.4.1", "pyyaml==6.0.3", "-e", "packages/orca-core")
     paths = [p for p in LINT_PATHS if Path(p).exists()]
     # Lenient on third-party code (pyspark, ray are not installed here), strict enough to
     # check orca-core's own code. MYPYPATH makes the PEP 420 `orca` namespace resolvable.
     session.env["MYPYPATH"] = "packages/orca-core/src"
     mypy = ["mypy", "--python-version", PYTHON, "--ignore-missing-imports", "--namespace-packages"]
     mypy += ["--explicit-package-bases", "--pretty"]
-    checks = {"ruff": ["ruff", "check", *paths], "mypy": [*mypy, "-p", "orca.core"]}
+    # the workflow's per-package jobs are exactly the test sessions (its path filters are named after them)
+    tested = sorted(name for name, func in nox.registry.get().items() if "test" in getattr(func, "tags", []))
+    checks = {"ruff": ["ruff", "check", *paths], "mypy": [*mypy, "-p", "orca.core"],
+              "workflow": ["python", "-c", WORKFLOW_CHECK, WORKFLOW, *tested]}
     failed = []
     for name, command in checks.items():  # run both, so one report shows every finding
         try:
