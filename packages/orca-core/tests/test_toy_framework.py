@@ -123,6 +123,7 @@ cloudpickle.register_pickle_by_value(sys.modules[__name__])  # the workers canno
 class TestNumpyToyConformance(EstimatorConformance, BadInputConformance):
     atol = 1e-5
     overflowing_feature = (np.float64, 1e200)  # the toy model computes in float64
+    supports_data_creator = False  # the toy runner reads no native loaders
 
     @pytest.fixture(params=["ray", "spark"])
     def backend(self, request: Any) -> str:

@@ -244,6 +244,9 @@ class MXNetRunner(Runner):
             yield batch
 
     def _iterate(self, data: Any) -> Iterator[Batch]:
+        if data is None or isinstance(data, (str, bytes, dict)) or not hasattr(data, "__iter__"):
+            raise TypeError(f"the data creator returned {type(data).__name__}; return an mx.io.DataIter, a "
+                            "gluon.data.DataLoader or another iterable of (x, y) batches.")
         if isinstance(data, mx.io.DataIter):
             data.reset()
             for db in data:

@@ -160,6 +160,17 @@ def _xshards(shards: list[Any]) -> Any:
     return XShards.from_list(shards, backend="local")
 
 
+def _creator_returning(value: Any) -> Callable[[Any, int], Any]:
+    def creator(config: Any, batch_size: int) -> Any:
+        return value
+
+    return creator
+
+
+def _creator_raising(config: Any, batch_size: int) -> Any:
+    raise RuntimeError("no data here")
+
+
 def _fit(est: Any, data: Any, **kw: Any) -> Any:
     kw.setdefault("epochs", 1)
     kw.setdefault("batch_size", 8)
@@ -321,6 +332,13 @@ BAD_INPUTS: list[BadInput] = [
     BadInput("nan_in_feature_column", "NaN in a DataFrame's feature column",
              lambda est, i: _fit_df(est, i.frames["nan"], feature_cols=["n"]), ValueError,
              (r"feature column 'n'", r"NaN/Inf"), FINITE_FIX, where="worker", needs=FIT),
+    BadInput("data_creator_wrong_type", "a data creator that returns a string, not a loader",
+             lambda est, i: _fit(est, _creator_returning("not a loader")), TypeError,
+             (r"data creator returned str",), r"return (a|an) ", where="either", needs=FIT + ("supports_data_creator",)),
+    BadInput("data_creator_raises", "a data creator that raises",
+             lambda est, i: _fit(est, _creator_raising), RuntimeError,
+             (r"no data here", r"_creator_raising"), r"Worker traceback", where="either",
+             needs=FIT + ("supports_data_creator",)),
     BadInput("ragged_array_column", "arrays of different lengths in a DataFrame's feature column",
              lambda est, i: _fit_df(est, i.frames["ragged"], feature_cols=["r"]), ValueError,
              (r"column 'r'", r"different lengths"), r"same shape", where="worker", needs=FIT),
@@ -381,6 +399,8 @@ class BadInputConformance:
     #: capability flags (a case whose ``needs`` is false is skipped)
     supports_fit: bool = True
     refuses_string_features: bool = True
+    #: fit takes a data creator ``f(config, batch_size)`` returning the framework's loader
+    supports_data_creator: bool = True
     #: a driver-side case must fail within this; a worker-side one within ``worker_case_s``
     #: (generous: a busy CI machine is not a hang)
     driver_case_s: float = 15.0
