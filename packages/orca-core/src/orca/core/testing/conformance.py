@@ -445,8 +445,8 @@ class EstimatorConformance:
         the same rows without that step's rows (each rank then holds the same other steps)."""
         if not self.supports_fit or not self.supports_skipping_non_finite:
             pytest.skip("this Estimator does not train or cannot skip steps")
-        if self.launcher_backends is not None and backend not in self.launcher_backends:
-            pytest.skip("launcher-level test: runs on another backend of the same launcher")
+        if self.launcher_backends is not None and backend != self.launcher_backends[0]:
+            pytest.skip("runner-level test (the skip is decided in the runner): runs on one backend")
         dtype, huge = self.overflowing_feature
         x, y = data["x"][:32].astype(dtype), data["y"][:32]
         x[16 + 2 * 4, 0] = huge
