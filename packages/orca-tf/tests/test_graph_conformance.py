@@ -25,6 +25,12 @@ def linear_graph():
 
 
 class TestGraphConformance(EstimatorConformance):
+    #: the launcher-level tests (a slow fit, a stalled worker, recovery after a kill) run for the Keras
+    #: Estimator on the same spark launcher (test_conformance.py); the graph runner's part of them (its
+    #: state) is checked by the save/load, failing-call and killed-worker tests here (CI time)
+    launcher_backends = ()
+    #: the partition matrix on the spark launcher runs here (the Keras suite runs it on ray)
+    partition_backends = ("spark",)
     _trained = None
 
     @pytest.fixture(scope="class", params=["spark"])
