@@ -111,6 +111,7 @@ _TORCH = (
            "callbacks=[ModelCheckpoint(...)]"),
         _a("shuffle", ORCA_ONLY), _a("validation_freq", ORCA_ONLY), _a("steps_per_epoch", ORCA_ONLY),
         _a("validation_steps", ORCA_ONLY), _a("max_failures", ORCA_ONLY, note="restart after a lost worker"),
+        _a("skip_non_finite_steps", ORCA_ONLY, note="leave out steps whose reduced gradient is NaN/Inf"),
     ), positional=3, note="returns a History (a list of per-epoch dicts, as the reference's)"),
     Method("Estimator.evaluate", "orca.torch:Estimator.evaluate", (
         _a("data"), _a("batch_size", default=32),
@@ -188,6 +189,7 @@ _TF2 = (
         _a("data_config", UNSUPPORTED, note="put the values in from_keras(config=...): data creators get it"),
         _a("feature_cols", default=None), _a("label_cols", default=None),
         _a("shuffle", ORCA_ONLY), _a("max_failures", ORCA_ONLY, note="restart after a lost worker"),
+        _a("skip_non_finite_steps", ORCA_ONLY, note="leave out steps whose reduced gradient is NaN/Inf"),
     ), positional=3, note="returns a History (`history.history` is Keras' dict)"),
     Method("Estimator.evaluate", "orca.tf:Estimator.evaluate", (
         _a("data"), _a("batch_size", default=32),
@@ -273,7 +275,7 @@ _MXNET = (
         _a("feature_cols", ORCA_ONLY), _a("label_cols", ORCA_ONLY), _a("callbacks", ORCA_ONLY),
         _a("max_steps", ORCA_ONLY), _a("shuffle", ORCA_ONLY), _a("reduce_results", ORCA_ONLY),
         _a("validation_freq", ORCA_ONLY), _a("steps_per_epoch", ORCA_ONLY), _a("validation_steps", ORCA_ONLY),
-        _a("max_failures", ORCA_ONLY),
+        _a("max_failures", ORCA_ONLY), _a("skip_non_finite_steps", ORCA_ONLY),
     ), positional=3, note="data creators take (config, kv) as in the reference; returns a History (the "
                           "reference: raw per-worker stats)"),
     Method("Estimator.evaluate", "orca.mxnet:Estimator.evaluate", (
@@ -452,7 +454,7 @@ _TF1 = (
                                                    "save() after fit"),
         _a("auto_shard_files", UNSUPPORTED, note=_TF1_AUTO_SHARD),
         _a("callbacks", ORCA_ONLY), _a("max_steps", ORCA_ONLY), _a("shuffle", ORCA_ONLY),
-        _a("validation_freq", ORCA_ONLY), _a("max_failures", ORCA_ONLY),
+        _a("validation_freq", ORCA_ONLY), _a("max_failures", ORCA_ONLY), _a("skip_non_finite_steps", ORCA_ONLY),
     ), positional=3, note="returns a History (the reference returned the Estimator)"),
     Method("Estimator.evaluate (from_graph)", f"{_GRAPH}.evaluate", (
         _a("data"), _a("batch_size", default=32), _a("feature_cols", default=None), _a("label_cols", default=None),
