@@ -211,9 +211,7 @@ class KerasRunner(Runner):
         # all-reduce (about 3x slower than one inside a tf.function) on the hot path.
         @tf.function(input_signature=[tf.TensorSpec([sum(sizes)], tf.float32)])
         def reduce_apply(flat: Any) -> None:
-            total = _sync.all_sum(strategy, flat) / world
-            parts = tf.split(total, sizes)
-            apply([tf.cast(tf.reshape(p, s), v.dtype) for p, s, v in zip(parts, shapes, tvars, strict=True)])
+            apply_flat(_sync.all_sum(strategy, flat) / world)  # traced into this one function
 
         @tf.function(input_signature=[tf.TensorSpec([sum(sizes)], tf.float32)])
         def reduce(flat: Any) -> Any:
