@@ -189,19 +189,46 @@ def _on_node(node: str | None) -> dict[str, Any]:
 
 def _located(refs: Sequence[tuple[Any, int]]) -> list[tuple[Any, int, str | None, int]]:
     """``(ref, rows, node, bytes)``: where each part's object is (``None``: unknown, e.g. a small
-    object kept in its owner's memory, or a part that is not a Ray object)."""
+    object kept in its owner's memory, a part that is not a Ray object, or an owner that did not
+    answer)."""
     ray = _ray()
-    objs = [r for r, _ in refs if isinstance(r, ray.ObjectRef)]
-    try:
-        where = ray.experimental.get_object_locations(objs, timeout_ms=10_000) if objs else {}
-    except Exception:  # noqa: BLE001 - placement is an optimisation: read them wherever they are
-        where = {}
+    where = _object_locations([r for r, _ in refs if isinstance(r, ray.ObjectRef)])
     out = []
     for ref, n in refs:
         info = where.get(ref) if isinstance(ref, ray.ObjectRef) else None
         nodes = (info or {}).get("node_ids") or []
         out.append((ref, n, nodes[0] if nodes else None, int((info or {}).get("object_size") or 0)))
     return out
+
+
+#: objects per location query: well under Ray's ``worker_fetch_request_size`` (10,000), so that each
+#: query is one request to one owner (see :func:`_object_locations`)
+_LOCATE_BATCH = 1000
+
+
+def _object_locations(objs: Sequence[Any], timeout_ms: int = 10_000) -> dict[Any, dict[str, Any]]:
+    """``ray.experimental.get_object_locations`` for ``objs``, asked of one owner at a time.
+
+    Ray 2.60 aborts the calling process (``std::future_error``, SIGABRT) when one query spans
+    several owners and an early owner's reply (or failure: an owner that died with its node)
+    arrives before the query has sent its last request: its counter of open requests reaches zero
+    twice. One owner and one request per query never does; an owner that fails to answer is not
+    asked again. Placement is an optimisation: objects not located are read wherever they are.
+    """
+    ray = _ray()
+    by_owner: dict[bytes, list[Any]] = {}
+    for ref in objs:
+        by_owner.setdefault(ref.owner_address(), []).append(ref)
+    where: dict[Any, dict[str, Any]] = {}
+    for owned in by_owner.values():
+        for start in range(0, len(owned), _LOCATE_BATCH):
+            try:
+                where.update(ray.experimental.get_object_locations(owned[start:start + _LOCATE_BATCH],
+                                                                    timeout_ms=timeout_ms))
+            except Exception:  # noqa: BLE001 - an owner that is gone or slow: skip its objects
+                log.debug("could not locate objects of one owner", exc_info=True)
+                break
+    return where
 
 
 def _in_data_order(outs: list[np.ndarray], order: list[list[tuple[int, int]]] | None) -> list[np.ndarray]:
