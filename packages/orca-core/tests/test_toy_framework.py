@@ -125,8 +125,9 @@ class TestNumpyToyConformance(EstimatorConformance, BadInputConformance):
     overflowing_feature = (np.float64, 1e200)  # the toy model computes in float64
     supports_data_creator = False  # the toy runner reads no native loaders
 
-    @pytest.fixture(params=["ray", "spark"])
-    def backend(self, request: Any) -> str:
+    @pytest.fixture(scope="class", params=["ray", "spark"])
+    @classmethod
+    def backend(cls, request: Any) -> str:
         return request.param
 
     #: the suite's partition matrix runs here as test_any_partition_layout_trains_and_predicts_exactly_as_one_process

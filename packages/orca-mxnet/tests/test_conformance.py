@@ -26,8 +26,13 @@ class MSE:
 
 
 class TestMXNetConformance(EstimatorConformance, BadInputConformance):
-    @pytest.fixture(params=["ray", "spark"])
-    def backend(self, request):
+    #: CI runs the launcher-level tests on ray (orca-mxnet's default) and the partition matrix on spark
+    launcher_backends = ("ray",)
+    partition_backends = ("spark",)
+
+    @pytest.fixture(scope="class", params=["ray", "spark"])
+    @classmethod
+    def backend(cls, request):
         return request.param
 
     def make_estimator(self, backend):

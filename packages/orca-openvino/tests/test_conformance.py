@@ -1,5 +1,6 @@
 """orca-core's Estimator conformance suite against orca.openvino (inference only) on both backends."""
 
+import pytest
 from conftest import F32, linear_model, reference
 
 from orca.core.testing.bad_inputs import BadInputConformance
@@ -10,6 +11,11 @@ from orca.openvino import Estimator
 class TestOpenVINOConformance(EstimatorConformance, BadInputConformance):
     supports_fit = False
     supports_save = False  # IR is an .xml + .bin pair; save/load has its own test
+
+    @pytest.fixture(scope="class", params=["spark", "ray"])
+    @classmethod
+    def backend(cls, request):
+        return request.param
 
     def make_estimator(self, backend):
         return Estimator.from_openvino(model_path=linear_model(), config=F32, backend=backend, workers_per_node=2)

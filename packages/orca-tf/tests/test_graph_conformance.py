@@ -26,38 +26,18 @@ def linear_graph():
 
 class TestGraphConformance(EstimatorConformance):
     #: the launcher-level tests (a slow fit, a stalled worker, recovery after a kill) run for the Keras
-    #: Estimator on the same spark launcher (test_conformance.py); the graph runner's part of them (its
-    #: state) is checked by the save/load, failing-call and killed-worker tests here (CI time)
+    #: Estimator (test_conformance.py); the graph runner's part of them (its state) is checked by the
+    #: save/load, failing-call and killed-worker tests here (CI time; ORCA_FULL_MATRIX=1 runs them too)
     launcher_backends = ()
     #: the partition matrix on the spark launcher runs here (the Keras suite runs it on ray)
     partition_backends = ("spark",)
-    _trained = None
 
     @pytest.fixture(scope="class", params=["spark"])
     @classmethod
     def backend(cls, request):
         return request.param
 
-    @pytest.fixture(scope="class")
-    @classmethod
-    def trained(cls, backend, data):
-        """One trained Estimator for the tests that only read it (as test_conformance.py does)."""
-        est = cls._new(backend)
-        est._conformance_history = est.fit(data["df"], epochs=cls.epochs, batch_size=cls.batch_size,
-                                           feature_cols=["x"], label_cols=["y"])
-        cls._trained = est
-        yield est
-        cls._trained = None
-        est.shutdown()
-
     def make_estimator(self, backend):
-        live = type(self)._trained
-        if live is not None:  # one worker group at a time on a 2-core machine
-            live.shutdown()
-        return self._new(backend)
-
-    @staticmethod
-    def _new(backend):
         x, y, pred, loss = linear_graph()
         return Estimator.from_graph(inputs=x, outputs=pred, labels=y, loss=loss,
                                     optimizer=v1.train.GradientDescentOptimizer(0.05), backend=backend,

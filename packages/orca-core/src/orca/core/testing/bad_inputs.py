@@ -33,6 +33,7 @@ import numpy as np
 import pytest
 
 from orca.core.engine.errors import OrcaWorkerError
+from orca.core.testing.matrix import LAUNCHER_LEVEL, runs_on
 
 # --------------------------------------------------------------------------- nothing left behind
 
@@ -405,8 +406,8 @@ class BadInputConformance:
     #: (generous: a busy CI machine is not a hang)
     driver_case_s: float = 15.0
     worker_case_s: float = 90.0
-    #: backends that run the worker-side cases (``None``: all); backends sharing a launcher
-    #: convert data alike, so they may run them once (see ``EstimatorConformance.launcher_backends``)
+    #: backends that run the worker-side cases (``None``: all); see
+    #: ``EstimatorConformance.launcher_backends`` (``ORCA_FULL_MATRIX=1``: all)
     launcher_backends: tuple[str, ...] | None = None
 
     def make_estimator(self, backend: str) -> Any:
@@ -446,18 +447,29 @@ class BadInputConformance:
             est.shutdown()
         cls._bad_estimators = {}
 
-    def _bad_estimator(self, backend: str, where: str) -> Any:
-        key = (backend, where)
+    def _bad_estimator(self, backend: str, where: str, inputs: Inputs) -> Any:
+        """The Estimator the cases of ``backend`` share: one for the driver-side cases, one for the others,
+        whose workers are started first (a predict on good data), as a user's call after a good one
+        finds them: the case then runs on live workers, which must survive it (a *cold* start that
+        fails stops its workers: orca-torch's test_errors.py checks that), instead of paying a start per
+        case."""
+        key = (backend, "driver" if where == "driver" else "workers")  # workers never start for the first
         cache = type(self)._bad_estimators
+        for other, est in cache.items():  # one worker group at a time on a small machine
+            if other != key:
+                est.shutdown()
         if key not in cache:
-            est = self.make_estimator(backend)
+            est = getattr(self, "fresh", self.make_estimator)(backend)
             est.num_workers  # noqa: B018 - starts Ray where the backend needs it, before the footprint
             if est.launcher == "ray":  # the context's holder of Spark-put data lives as long as the context
                 from orca.core.data._ray import holder_names
 
                 holder_names()
             cache[key] = est
-        return cache[key]
+        est = cache[key]
+        if where != "driver":
+            est.predict(inputs.x[:8], batch_size=4)  # (re)starts the workers where they live across calls
+        return est
 
     @pytest.mark.timeout(300)
     @pytest.mark.parametrize("case", BAD_INPUTS, ids=lambda c: c.name)
@@ -465,9 +477,9 @@ class BadInputConformance:
         for flag in case.needs:
             if not getattr(self, flag):
                 pytest.skip(f"{flag} is False for this Estimator")
-        if case.where != "driver" and self.launcher_backends is not None and backend not in self.launcher_backends:
-            pytest.skip("launcher-level test: the worker-side cases run on another backend of the same launcher")
-        est = self._bad_estimator(backend, case.where)
+        if case.where != "driver" and not runs_on(backend, self.launcher_backends):
+            pytest.skip(LAUNCHER_LEVEL)
+        est = self._bad_estimator(backend, case.where, bad_inputs)
         state_before = est.get_state()
         before = footprint()
         t0 = time.monotonic()

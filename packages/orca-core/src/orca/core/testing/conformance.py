@@ -5,8 +5,9 @@ with ``Test``), provide a ``backend`` fixture and the hooks below, and set capab
 flags; pytest collects every inherited test:
 
     class TestTorchConformance(EstimatorConformance):
-        @pytest.fixture(params=["ray", "spark"])
-        def backend(self, request):
+        @pytest.fixture(scope="class", params=["ray", "spark"])
+        @classmethod
+        def backend(cls, request):
             return request.param
 
         def make_estimator(self, backend): ...
@@ -15,6 +16,16 @@ flags; pytest collects every inherited test:
 The task is a 4-input, 1-output linear regression, so every framework can state it and
 its results are known: the loss falls towards zero and the learned model's predictions
 can be recomputed in one process.
+
+The ``backend`` fixture is class-scoped: one trained Estimator per backend serves every test
+that only reads a trained one (``trained``); a test that needs a fresh Estimator gets it from
+:meth:`EstimatorConformance.fresh`, which first stops the shared one's workers (one worker
+group at a time on a 2-core machine; the shared one restarts from its driver-held state).
+
+CI tier and full matrix (:mod:`orca.core.testing.matrix`): the launcher-level tests (a slow
+fit, a stalled or killed worker, the partition layouts, non-finite losses) run on the backends
+a package names in ``launcher_backends``/``partition_backends``; ``ORCA_FULL_MATRIX=1`` runs
+them on every backend.
 """
 
 from __future__ import annotations
@@ -30,6 +41,7 @@ import pytest
 from orca.core.engine.callbacks import Callback
 from orca.core.engine.errors import OrcaWorkerError
 from orca.core.testing.failures import KillOnce, kill_one_worker, worker_pids
+from orca.core.testing.matrix import LAUNCHER_LEVEL, full_matrix, runs_on
 
 NUM_FEATURES = 4
 #: the worker_timeout_s of the liveness tests: short, so that slow steps span many of them
@@ -112,12 +124,13 @@ class EstimatorConformance:
     atol: float = 1e-5
     #: a fit restarted after a lost worker ends this close to an uninterrupted one
     recovery_atol: float = 1e-6
-    #: backends that run the launcher-level tests (a slow fit, recovery after a kill); ``None``:
-    #: all. Backends that share a launcher and differ only in the gradient transport (torch and
-    #: tf ``bigdl`` vs ``spark``) may run them once, to keep CI within its time budget.
+    #: backends that run the launcher-level tests (a slow fit, a stalled or killed worker, a
+    #: non-finite loss); ``None``: all. A package may run them on one backend to keep CI within its
+    #: time budget: the engine code under test is shared, and orca-core's toy framework runs them
+    #: on every launcher (``ORCA_FULL_MATRIX=1`` runs them on every backend)
     launcher_backends: tuple[str, ...] | None = None
-    #: backends that run the partition matrix (``None``: ``launcher_backends``); a package with two
-    #: Estimators on the same launchers (orca-tf's Keras and graph ones) may split them between the two
+    #: backends that run the partition matrix (``None``: ``launcher_backends``); best on a launcher
+    #: other than ``launcher_backends``'s, so that CI runs the package's runner on both launchers
     partition_backends: tuple[str, ...] | None = None
     #: ``(dtype, value)``: a finite feature whose squared error overflows the model's arithmetic
     #: (float32 frameworks: 3e38; a model computing in float64 needs a float64 1e200)
@@ -145,16 +158,31 @@ class EstimatorConformance:
         df = spark.createDataFrame(pd.DataFrame({"x": list(x), "y": y})).repartition(2)
         return {"x": x, "y": y, "df": df}
 
-    @pytest.fixture
-    def trained(self, backend: str, data: dict[str, Any]) -> Any:
-        if not self.supports_fit:
+    #: the Estimator ``trained`` shares among the tests of one backend (None outside them)
+    _shared: Any = None
+
+    @pytest.fixture(scope="class")
+    @classmethod
+    def trained(cls, backend: str, data: dict[str, Any]) -> Iterator[Any]:
+        """One Estimator trained on ``data`` per backend, for the tests that only read it."""
+        if not cls.supports_fit:
             pytest.skip("this Estimator is inference-only")
-        est = self.make_estimator(backend)
-        history = est.fit(data["df"], epochs=self.epochs, batch_size=self.batch_size, feature_cols=["x"],
+        est = cls().fresh(backend)
+        history = est.fit(data["df"], epochs=cls.epochs, batch_size=cls.batch_size, feature_cols=["x"],
                           label_cols=["y"])
         est._conformance_history = history
+        cls._shared = est
         yield est
+        cls._shared = None
         est.shutdown()
+
+    def fresh(self, backend: str) -> Any:
+        """A new Estimator (:meth:`make_estimator`), after stopping the workers of the shared ones
+        (``trained``'s and the bad-input matrix's)."""
+        for live in [type(self)._shared, *getattr(type(self), "_bad_estimators", {}).values()]:
+            if live is not None:
+                live.shutdown()  # it restarts from the state its driver keeps on next use
+        return self.make_estimator(backend)
 
     @pytest.fixture
     def predictor(self, backend: str, request: Any) -> Any:
@@ -162,7 +190,7 @@ class EstimatorConformance:
         if self.supports_fit:
             yield request.getfixturevalue("trained")
             return
-        est = self.make_estimator(backend)
+        est = self.fresh(backend)
         yield est
         est.shutdown()
 
@@ -212,7 +240,7 @@ class EstimatorConformance:
         trained.save(path)
         before = np.asarray(trained.predict(data["x"]))
         trained.shutdown()  # one worker group at a time on a small machine
-        fresh = self.make_estimator(backend)
+        fresh = self.fresh(backend)
         try:
             fresh.load(path)
             np.testing.assert_allclose(np.asarray(fresh.predict(data["x"])), before, atol=1e-6)
@@ -221,7 +249,7 @@ class EstimatorConformance:
 
     @pytest.mark.timeout(120)
     def test_unknown_feature_column_is_rejected_on_the_driver(self, backend: str, data: dict[str, Any]) -> None:
-        est = self.make_estimator(backend)
+        est = self.fresh(backend)
         try:
             with pytest.raises(ValueError, match="nope"):
                 if self.supports_fit:
@@ -235,7 +263,7 @@ class EstimatorConformance:
     def test_inference_only_estimator_refuses_fit_and_evaluate(self, backend: str, data: dict[str, Any]) -> None:
         if self.supports_fit:
             pytest.skip("this Estimator trains")
-        est = self.make_estimator(backend)
+        est = self.fresh(backend)
         try:
             for call in (lambda: est.fit(data["df"], epochs=1, feature_cols=["x"], label_cols=["y"]),
                          lambda: est.evaluate(data["df"], feature_cols=["x"], label_cols=["y"])):
@@ -246,7 +274,7 @@ class EstimatorConformance:
 
     @pytest.mark.timeout(120)
     def test_unsupported_data_type_is_rejected(self, backend: str) -> None:
-        est = self.make_estimator(backend)
+        est = self.fresh(backend)
         try:
             with pytest.raises(TypeError, match="not supported"):
                 est.predict("not data")
@@ -291,12 +319,12 @@ class EstimatorConformance:
         Partitions reach the workers through the launcher: run once per launcher (see
         ``launcher_backends`` and ``partition_backends``)."""
         backends = self.partition_backends if self.partition_backends is not None else self.launcher_backends
-        if backends is not None and backend not in backends:
-            pytest.skip("launcher-level test: runs on another backend (or Estimator) on the same launcher")
+        if not runs_on(backend, backends):
+            pytest.skip(LAUNCHER_LEVEL)
         x, y = regression_arrays(101, seed=3)
         spark = orca_context.spark_session()
         probe = data["x"][:16]
-        est = self.make_estimator(backend)
+        est = self.fresh(backend)
         try:
             start, models = None, {}
             for name, sizes in PARTITION_LAYOUTS.items():
@@ -323,7 +351,7 @@ class EstimatorConformance:
     @pytest.mark.timeout(300)
     def test_worker_failure_surfaces_on_the_driver(self, backend: str, data: dict[str, Any]) -> None:
         """A shape the model cannot take fails in the workers and comes back as one clear error."""
-        est = self.make_estimator(backend)
+        est = self.fresh(backend)
         bad = np.zeros((8, NUM_FEATURES + 3), np.float32)
         try:
             with pytest.raises((OrcaWorkerError, ValueError)):
@@ -347,9 +375,9 @@ class EstimatorConformance:
         """Every step takes 0.35 x the timeout and the epoch (12 steps) over 4 x it: the fit completes."""
         if not self.supports_fit:
             pytest.skip("this Estimator is inference-only")
-        if self.launcher_backends is not None and backend not in self.launcher_backends:
-            pytest.skip("launcher-level test: runs on another backend of the same launcher")
-        est = self.make_estimator(backend)
+        if not runs_on(backend, self.launcher_backends):
+            pytest.skip(LAUNCHER_LEVEL)
+        est = self.fresh(backend)
         try:
             t0 = time.monotonic()
             hist = est.fit({"x": data["x"][:96], "y": data["y"][:96]}, epochs=1, batch_size=8,
@@ -367,7 +395,9 @@ class EstimatorConformance:
         and what it was doing, soon after the timeout, and the hung process is stopped."""
         if not self.supports_fit:
             pytest.skip("this Estimator is inference-only")
-        est = self.make_estimator(backend)
+        if not runs_on(backend, self.launcher_backends):
+            pytest.skip(LAUNCHER_LEVEL)
+        est = self.fresh(backend)
         try:
             with pytest.raises(TimeoutError) as info:
                 est.fit({"x": data["x"][:64], "y": data["y"][:64]}, epochs=2, batch_size=8,
@@ -390,15 +420,15 @@ class EstimatorConformance:
         once with a WorkerLostError and the Estimator keeps its model."""
         if not self.supports_fit:
             pytest.skip("this Estimator is inference-only")
-        if self.launcher_backends is not None and backend not in self.launcher_backends:
-            pytest.skip("launcher-level test: runs on another backend of the same launcher")
+        if not runs_on(backend, self.launcher_backends):
+            pytest.skip(LAUNCHER_LEVEL)
         from orca.core.engine.errors import WorkerLostError
 
         xy = {"x": data["x"][:32], "y": data["y"][:32]}
         probe = data["x"][:16]
         results = []
         for kill in (True, False):
-            est = self.make_estimator(backend)
+            est = self.fresh(backend)
             try:
                 cbs = [KillOnce(str(tmp_path / "killed"))] if kill else []
                 hist = est.fit(xy, epochs=3, batch_size=8, callbacks=cbs, max_failures=1)
@@ -424,12 +454,12 @@ class EstimatorConformance:
         the value is finite, only the loss is not.)"""
         if not self.supports_fit:
             pytest.skip("this Estimator is inference-only")
-        if backend not in (self.launcher_backends or (backend,)):
-            pytest.skip("launcher-level test: runs on another backend of the same launcher")
+        if not runs_on(backend, self.launcher_backends):
+            pytest.skip(LAUNCHER_LEVEL)
         dtype, huge = self.overflowing_feature
         x, y = data["x"][:32].astype(dtype), data["y"][:32]
         x[16 + 2 * 4, 0] = huge  # rank 1 holds rows 16-31 and takes 4 of them per step
-        est = self.make_estimator(backend)
+        est = self.fresh(backend)
         try:
             before = np.asarray(est.predict(data["x"][:16], batch_size=8)).reshape(-1)
             with pytest.raises(OrcaWorkerError, match=r"FloatingPointError.*epoch 1, step 3 \(rank 1\)"):
@@ -449,7 +479,7 @@ class EstimatorConformance:
             pytest.skip("this Estimator is inference-only")
         if not self.supports_skipping_non_finite:
             pytest.skip("supports_skipping_non_finite is False for this Estimator")
-        if backend != (self.launcher_backends or (backend,))[0]:
+        if backend != (self.launcher_backends or (backend,))[0] and not full_matrix():
             pytest.skip("runner-level test (the skip is decided in the runner): runs on one backend")
         dtype, huge = self.overflowing_feature
         x, y = data["x"][:32].astype(dtype), data["y"][:32]
@@ -458,7 +488,7 @@ class EstimatorConformance:
         probe = data["x"][32:64]
         preds, losses = [], []
         for rows, skip in ((slice(None), True), (keep, False)):
-            est = self.make_estimator(backend)
+            est = self.fresh(backend)
             try:
                 hist = est.fit({"x": x[rows], "y": y[rows]}, epochs=2, batch_size=8, shuffle=False,
                                skip_non_finite_steps=skip)

@@ -1,0 +1,43 @@
+"""The CI tier and the full matrix of the test suites.
+
+CI (``nox -t test``, ``.ci/run``) must finish within its time budget on a 2-core machine, so a
+test whose subject is the shared engine rather than one backend (a slow fit, a stalled or killed
+worker, Ctrl-C, the partition layouts) runs on one backend per package there; orca-core's toy
+framework runs each of them on every launcher. ``ORCA_FULL_MATRIX=1`` runs every such test on
+every backend (the GitHub workflow sets it: there each session is a job of its own).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from typing import TypeVar
+
+import pytest
+
+T = TypeVar("T")
+
+#: the skip reason of a launcher-level test on a backend the CI tier leaves out
+LAUNCHER_LEVEL = ("launcher-level test: runs on another backend of this package in CI (orca-core's toy framework "
+                  "runs it on every launcher; ORCA_FULL_MATRIX=1 runs it on every backend)")
+
+
+def full_matrix() -> bool:
+    """True under ``ORCA_FULL_MATRIX=1``: every test on every backend."""
+    return os.environ.get("ORCA_FULL_MATRIX") == "1"
+
+
+def runs_on(backend: str, backends: Sequence[str] | None) -> bool:
+    """Whether a launcher-level test runs on ``backend``: ``backends`` is ``None`` (all) or names
+    it, or this is the full matrix."""
+    return backends is None or backend in backends or full_matrix()
+
+
+def ci_params(every: Sequence[T], ci: Sequence[T]) -> list[T]:
+    """Parameters for ``pytest.mark.parametrize``: ``ci`` in the CI tier, ``every`` in the full matrix."""
+    return list(every) if full_matrix() else list(ci)
+
+
+def full_matrix_only(why: str) -> pytest.MarkDecorator:
+    """A mark that skips a test outside the full matrix; ``why`` says where CI covers its subject."""
+    return pytest.mark.skipif(not full_matrix(), reason=f"full-matrix test: {why} (ORCA_FULL_MATRIX=1 runs it)")
