@@ -26,13 +26,17 @@ def df(spark, regression):
     return spark.createDataFrame(pd.DataFrame({"id": np.arange(len(x)), "x": list(x), "y": y})).repartition(2)
 
 
-def test_one_global_batch_sgd_step_equals_the_single_process_step(spark, regression):
+@pytest.mark.parametrize("sizes", [[16, 16], [5, 27], [0, 32, 0], [32], [0, 9, 0, 23]],
+                         ids=lambda s: "-".join(map(str, s)))
+def test_one_global_batch_sgd_step_equals_the_single_process_step(spark, regression, sizes):
     """32 rows, batch 32, SGD from zero weights: w = lr * 2 * mean(y * x) (MSE averaged over the batch),
-    however the batch is split over BigDL's cores. BigDL's parameter sync sends gradients as FP16
-    (its AllReduceParameter compresses them), so the step agrees to FP16's ~3 significant digits."""
+    however the rows are laid out in partitions (even, uneven, empty ones, one) and the batch is
+    split over BigDL's cores. BigDL's parameter sync sends gradients as FP16 (its
+    AllReduceParameter compresses them), so the step agrees to FP16's ~3 significant digits."""
+    from orca.core.testing.conformance import frame_with_layout
+
     x, y = regression[0][:32], regression[1][:32]
-    frame = spark.createDataFrame(pd.DataFrame({"x": list(x), "y": y}))  # 2 partitions of 16 rows
-    assert frame.rdd.glom().map(len).collect() == [16, 16]
+    frame = frame_with_layout(spark, x, y, sizes)
     est = _est(linear(zero=True), lr=0.1)
     est.fit(frame, epochs=1, batch_size=32, feature_cols=["x"], label_cols=["y"])
     w, b = est.get_model().get_weights()

@@ -316,3 +316,60 @@ def test_multi_tensor_model_sgd_equals_single_process_on_the_same_global_batches
         opt.step()
     for name, want in ref.state_dict().items():
         np.testing.assert_allclose(got[name].numpy(), want.numpy(), atol=1e-6, err_msg=name)
+
+
+class ConvBatchNorm(nn.Module):
+    """Conv, BatchNorm (weight, bias and the running_mean/running_var/num_batches_tracked buffers)
+    and a linear head: parameters and buffers in one model."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(5)
+        self.conv = nn.Conv1d(1, 2, kernel_size=3)
+        self.bn = nn.BatchNorm1d(2)
+        self.out = nn.Linear(2 * 4, 1)
+
+    def forward(self, x):
+        return self.out(torch.relu(self.bn(self.conv(x.unsqueeze(1)))).flatten(1))
+
+
+def test_batchnorm_model_equals_replicas_that_average_gradients_and_running_statistics(orca_context, all_backends):
+    """BatchNorm is not synchronised within a step (as in DDP without SyncBatchNorm): each worker
+    normalises with its own rows' statistics and updates its own running statistics; gradients
+    are averaged every step and the running statistics at each epoch's end. Two replicas doing
+    exactly that in one process end with every parameter and buffer the Estimator returns."""
+    rng = np.random.default_rng(21)
+    x = rng.normal(size=(16, 6)).astype(np.float32) * 2 + 1
+    y = rng.normal(size=(16, 1)).astype(np.float32)
+    est = Estimator.from_torch(model=lambda config: ConvBatchNorm(), optimizer=sgd(0.1), loss=nn.MSELoss(),
+                               backend=all_backends, workers_per_node=2)
+    try:
+        est.fit({"x": x, "y": y}, epochs=2, batch_size=8, shuffle=False)
+        got = est.get_model().state_dict()
+    finally:
+        est.shutdown()
+    replicas = [ConvBatchNorm(), ConvBatchNorm()]
+    opts = [torch.optim.SGD(r.parameters(), lr=0.1) for r in replicas]
+    shares = [list(range(0, 8)), list(range(8, 16))]  # worker r holds rows 8r..8r+7, 4 per step
+    for _ in range(2):
+        for step in range(2):
+            grads = []
+            for replica, opt, share in zip(replicas, opts, shares, strict=True):
+                rows = share[step * 4:(step + 1) * 4]
+                opt.zero_grad()
+                nn.MSELoss()(replica(torch.from_numpy(x[rows])), torch.from_numpy(y[rows])).backward()
+                grads.append([p.grad.clone() for p in replica.parameters()])
+            for replica, opt in zip(replicas, opts, strict=True):
+                for p, g0, g1 in zip(replica.parameters(), *grads, strict=True):
+                    p.grad = (g0 + g1) / 2
+                opt.step()
+        with torch.no_grad():  # epoch end: running statistics averaged over the workers
+            for b0, b1 in zip(replicas[0].buffers(), replicas[1].buffers(), strict=True):
+                if b0.is_floating_point():
+                    b0.copy_((b0 + b1) / 2)
+                    b1.copy_(b0)
+    want = replicas[0].state_dict()
+    assert set(got) == set(want) and "bn.running_var" in got
+    assert not np.allclose(want["bn.running_mean"].numpy(), 0)  # the statistics moved: the check has teeth
+    for name, value in want.items():
+        np.testing.assert_allclose(got[name].numpy(), value.numpy(), atol=1e-5, err_msg=name)
