@@ -39,8 +39,8 @@ MIN_JAVA = 17
 
 LINT_PATHS = ["packages", "noxfile.py", "benchmarks", "examples"]
 # Test environments skip pip's byte-compiling of every installed module (TF, torch, Ray and Spark
-# hold tens of thousands): Python compiles, and caches, only the modules a run imports. (uv never
-# compiles unless asked.)
+# hold tens of thousands): Python compiles, and caches, only the modules a run imports (uv never
+# compiles unless asked). The caching needs PYTHONDONTWRITEBYTECODE unset: see _runtime_env.
 NO_COMPILE = "--no-compile"
 # Test sessions install with uv where nox has it (``pip install "nox[uv]"``, as .ci/run does): it
 # links the wheels from its cache, several times faster than pip (minutes of each CI run), and
@@ -121,6 +121,11 @@ def _runtime_env(session: nox.Session) -> None:
     session.env["PYSPARK_PYTHON"] = python
     session.env["PYSPARK_DRIVER_PYTHON"] = python
     session.env["SPARK_LOCAL_IP"] = "127.0.0.1"
+    # Let Python cache the bytecode of what it imports. Environments are installed without
+    # byte-compiling (NO_COMPILE; uv never compiles), so with PYTHONDONTWRITEBYTECODE set (this
+    # machine's default) every Ray actor, Spark worker and child driver compiled TF, torch and Ray
+    # from source again: `import tensorflow` took 20 s instead of 5, and CI ran 1.7x slower.
+    session.env["PYTHONDONTWRITEBYTECODE"] = ""
     java_home = _system_java_home()
     if java_home:
         session.log(f"Java: JAVA_HOME={java_home}")
