@@ -122,6 +122,8 @@ class EstimatorConformance:
     batch_size: int = 32
     #: predictions must match the single-process model within this
     atol: float = 1e-5
+    #: the trained model's R^2 on held-out rows of the known linear function at least this
+    min_heldout_r2: float = 0.99
     #: a fit restarted after a lost worker ends this close to an uninterrupted one
     recovery_atol: float = 1e-6
     #: backends that run the launcher-level tests (a slow fit, a stalled or killed worker, a
@@ -200,6 +202,15 @@ class EstimatorConformance:
         losses = trained._conformance_history.history["train_loss"]
         assert len(losses) == self.epochs
         assert losses[-1] < losses[0] * 0.2
+
+    @pytest.mark.timeout(300)
+    def test_fit_learns_the_known_function_on_held_out_rows(self, trained: Any) -> None:
+        """The task has a known optimum (``y = x @ TRUE_W + TRUE_B``): on rows the fit never saw,
+        the trained model explains at least ``min_heldout_r2`` of the variance of ``y``."""
+        x, y = regression_arrays(128, seed=99)
+        pred = self.single_process_predict(trained, x).reshape(-1)
+        r2 = 1.0 - float(np.mean((pred - y) ** 2)) / float(np.var(y))
+        assert r2 >= self.min_heldout_r2, f"held-out R^2 {r2:.4f} < {self.min_heldout_r2}"
 
     @pytest.mark.timeout(300)
     def test_fit_reports_global_sample_count(self, trained: Any, data: dict[str, Any]) -> None:
