@@ -296,17 +296,22 @@ class ConvLinear(nn.Module):
         return self.out(torch.tanh(self.fc(torch.tanh(self.conv(x.unsqueeze(1))).flatten(1))))
 
 
+def _two_worker_state(model_cls, x, y, backend):
+    """The state_dict after 2 epochs of SGD (lr 0.1, global batch 8, no shuffle) on 2 workers."""
+    est = Estimator.from_torch(model=lambda config: model_cls(), optimizer=sgd(0.1), loss=nn.MSELoss(),
+                               backend=backend, workers_per_node=2)
+    try:
+        est.fit({"x": x, "y": y}, epochs=2, batch_size=8, shuffle=False)
+        return est.get_model().state_dict()
+    finally:
+        est.shutdown()
+
+
 def test_multi_tensor_model_sgd_equals_single_process_on_the_same_global_batches(orca_context, all_backends):
     rng = np.random.default_rng(12)
     x = rng.normal(size=(16, 6)).astype(np.float32)
     y = rng.normal(size=(16, 1)).astype(np.float32)
-    est = Estimator.from_torch(model=lambda config: ConvLinear(), optimizer=sgd(0.1), loss=nn.MSELoss(),
-                               backend=all_backends, workers_per_node=2)
-    try:
-        est.fit({"x": x, "y": y}, epochs=2, batch_size=8, shuffle=False)
-        got = est.get_model().state_dict()
-    finally:
-        est.shutdown()
+    got = _two_worker_state(ConvLinear, x, y, all_backends)
     # worker 0 holds rows 0-7 and worker 1 rows 8-15; step s takes 4 rows from each
     ref = ConvLinear()
     opt = torch.optim.SGD(ref.parameters(), lr=0.1)
@@ -341,13 +346,7 @@ def test_batchnorm_model_equals_replicas_that_average_gradients_and_running_stat
     rng = np.random.default_rng(21)
     x = rng.normal(size=(16, 6)).astype(np.float32) * 2 + 1
     y = rng.normal(size=(16, 1)).astype(np.float32)
-    est = Estimator.from_torch(model=lambda config: ConvBatchNorm(), optimizer=sgd(0.1), loss=nn.MSELoss(),
-                               backend=all_backends, workers_per_node=2)
-    try:
-        est.fit({"x": x, "y": y}, epochs=2, batch_size=8, shuffle=False)
-        got = est.get_model().state_dict()
-    finally:
-        est.shutdown()
+    got = _two_worker_state(ConvBatchNorm, x, y, all_backends)
     replicas = [ConvBatchNorm(), ConvBatchNorm()]
     opts = [torch.optim.SGD(r.parameters(), lr=0.1) for r in replicas]
     shares = [list(range(0, 8)), list(range(8, 16))]  # worker r holds rows 8r..8r+7, 4 per step

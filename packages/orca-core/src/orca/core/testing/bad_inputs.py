@@ -33,7 +33,7 @@ import numpy as np
 import pytest
 
 from orca.core.engine.errors import OrcaWorkerError
-from orca.core.testing.matrix import LAUNCHER_LEVEL, runs_on
+from orca.core.testing.matrix import skip_unless_runs_on
 
 # --------------------------------------------------------------------------- nothing left behind
 
@@ -477,8 +477,8 @@ class BadInputConformance:
         for flag in case.needs:
             if not getattr(self, flag):
                 pytest.skip(f"{flag} is False for this Estimator")
-        if case.where != "driver" and not runs_on(backend, self.launcher_backends):
-            pytest.skip(LAUNCHER_LEVEL)
+        if case.where != "driver":
+            skip_unless_runs_on(backend, self.launcher_backends)
         est = self._bad_estimator(backend, case.where, bad_inputs)
         state_before = est.get_state()
         before = footprint()

@@ -41,7 +41,7 @@ import pytest
 from orca.core.engine.callbacks import Callback
 from orca.core.engine.errors import OrcaWorkerError
 from orca.core.testing.failures import KillOnce, kill_one_worker, worker_pids
-from orca.core.testing.matrix import LAUNCHER_LEVEL, full_matrix, runs_on
+from orca.core.testing.matrix import full_matrix, skip_unless_runs_on
 
 NUM_FEATURES = 4
 #: the worker_timeout_s of the liveness tests: short, so that slow steps span many of them
@@ -330,8 +330,7 @@ class EstimatorConformance:
         Partitions reach the workers through the launcher: run once per launcher (see
         ``launcher_backends`` and ``partition_backends``)."""
         backends = self.partition_backends if self.partition_backends is not None else self.launcher_backends
-        if not runs_on(backend, backends):
-            pytest.skip(LAUNCHER_LEVEL)
+        skip_unless_runs_on(backend, backends)
         x, y = regression_arrays(101, seed=3)
         spark = orca_context.spark_session()
         probe = data["x"][:16]
@@ -386,8 +385,7 @@ class EstimatorConformance:
         """Every step takes 0.35 x the timeout and the epoch (12 steps) over 4 x it: the fit completes."""
         if not self.supports_fit:
             pytest.skip("this Estimator is inference-only")
-        if not runs_on(backend, self.launcher_backends):
-            pytest.skip(LAUNCHER_LEVEL)
+        skip_unless_runs_on(backend, self.launcher_backends)
         est = self.fresh(backend)
         try:
             t0 = time.monotonic()
@@ -406,8 +404,7 @@ class EstimatorConformance:
         and what it was doing, soon after the timeout, and the hung process is stopped."""
         if not self.supports_fit:
             pytest.skip("this Estimator is inference-only")
-        if not runs_on(backend, self.launcher_backends):
-            pytest.skip(LAUNCHER_LEVEL)
+        skip_unless_runs_on(backend, self.launcher_backends)
         est = self.fresh(backend)
         try:
             with pytest.raises(TimeoutError) as info:
@@ -431,8 +428,7 @@ class EstimatorConformance:
         once with a WorkerLostError and the Estimator keeps its model."""
         if not self.supports_fit:
             pytest.skip("this Estimator is inference-only")
-        if not runs_on(backend, self.launcher_backends):
-            pytest.skip(LAUNCHER_LEVEL)
+        skip_unless_runs_on(backend, self.launcher_backends)
         from orca.core.engine.errors import WorkerLostError
 
         xy = {"x": data["x"][:32], "y": data["y"][:32]}
@@ -465,8 +461,7 @@ class EstimatorConformance:
         the value is finite, only the loss is not.)"""
         if not self.supports_fit:
             pytest.skip("this Estimator is inference-only")
-        if not runs_on(backend, self.launcher_backends):
-            pytest.skip(LAUNCHER_LEVEL)
+        skip_unless_runs_on(backend, self.launcher_backends)
         dtype, huge = self.overflowing_feature
         x, y = data["x"][:32].astype(dtype), data["y"][:32]
         x[16 + 2 * 4, 0] = huge  # rank 1 holds rows 16-31 and takes 4 of them per step

@@ -11,11 +11,8 @@ from __future__ import annotations
 
 import os
 from collections.abc import Sequence
-from typing import TypeVar
 
 import pytest
-
-T = TypeVar("T")
 
 #: the skip reason of a launcher-level test on a backend the CI tier leaves out
 LAUNCHER_LEVEL = ("launcher-level test: runs on another backend of this package in CI (orca-core's toy framework "
@@ -33,9 +30,10 @@ def runs_on(backend: str, backends: Sequence[str] | None) -> bool:
     return backends is None or backend in backends or full_matrix()
 
 
-def ci_params(every: Sequence[T], ci: Sequence[T]) -> list[T]:
-    """Parameters for ``pytest.mark.parametrize``: ``ci`` in the CI tier, ``every`` in the full matrix."""
-    return list(every) if full_matrix() else list(ci)
+def skip_unless_runs_on(backend: str, backends: Sequence[str] | None) -> None:
+    """Skip the calling launcher-level test unless it :func:`runs_on` ``backend``."""
+    if not runs_on(backend, backends):
+        pytest.skip(LAUNCHER_LEVEL)
 
 
 def full_matrix_only(why: str) -> pytest.MarkDecorator:
