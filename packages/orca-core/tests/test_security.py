@@ -298,3 +298,29 @@ def test_an_old_pickled_checkpoint_loads_only_with_allow_pickle(tmp_path: Path) 
     fresh = NumpyEstimator.from_numpy()
     fresh.load_checkpoint(str(path))
     np.testing.assert_array_equal(fresh.get_state()["w"], np.ones(4))
+
+
+# ------------------------------------------------------------------ the listener sampler
+
+
+def test_the_listener_sampler_sees_a_child_listening_on_every_interface_and_a_loopback_one() -> None:
+    """What the per-framework loopback tests rely on: a socket bound to 0.0.0.0 in a child process
+    for a moment during the block is reported as exposed; one on 127.0.0.1 is seen, not exposed."""
+    import subprocess
+    import sys
+
+    from orca.core.testing.listeners import ListenerSampler
+
+    every = "0.0.0.0"  # noqa: S104 - the exposure the sampler must catch
+    code = ("import socket, sys, time\n"
+            "s = socket.socket(); s.bind((sys.argv[1], 0)); s.listen(1)\n"
+            "print(s.getsockname()[1], flush=True); time.sleep(0.5)\n")
+    with ListenerSampler() as sampler:
+        ports = {}
+        for host in (every, "127.0.0.1"):
+            proc = subprocess.Popen([sys.executable, "-c", code, host], stdout=subprocess.PIPE, text=True)
+            ports[host] = int(proc.stdout.readline())  # type: ignore[union-attr]
+            proc.wait(10)
+    assert {ports[every], ports["127.0.0.1"]} <= sampler.ports
+    assert [(s.ip, s.port) for s in sampler.exposed()] == [(every, ports[every])]
+    assert sampler.exposed(except_ports=[ports[every]]) == []

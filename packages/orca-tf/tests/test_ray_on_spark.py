@@ -4,12 +4,7 @@ workers train and predict there (scaffolding shared with orca-torch: orca.core.t
 
 import pytest
 
-from orca.core.testing.matrix import full_matrix_only
 from orca.core.testing.ray_on_spark import check_ray_on_spark_fit, run_on_ray_on_spark
-
-pytestmark = full_matrix_only(
-    "orca-torch's test_ray_on_spark.py runs the ray backend on a Spark standalone cluster in CI, a lost "
-    "executor included; orca-tf's ray backend spans two Ray nodes in test_cluster.py")
 
 DRIVER = r'''
 from orca.core.testing.ray_on_spark import DriverRun

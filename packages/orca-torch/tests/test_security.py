@@ -15,51 +15,19 @@ import socket
 import struct
 import threading
 import time
-from pathlib import Path
 from typing import Any
 
 import numpy as np
-import psutil
 import pytest
 from conftest import sgd
 from test_training import expected_sgd_weight, one_weight_model
 from torch import nn
 
-from orca.core.plugin import Backend, Rendezvous, declare
+from orca.core.testing.listeners import listeners_of_a_fit, read_facts, with_straggler
 from orca.torch import Estimator
-from orca.torch.runner import BigDLTorchRunner, TorchRunner
 
-JOIN_DELAY_S = 4.0
 HEADER = struct.Struct("!4sIQQ")  # the sync layer's frame header: magic, operation, sequence, size
-
-
-class _Straggler:
-    """Rank 0 writes its rendezvous to ``config["rdv_file"]``; rank 1 joins ``JOIN_DELAY_S`` late."""
-
-    def setup(self, rendezvous: Rendezvous) -> None:
-        if rendezvous.rank == 0:
-            facts = {"host": rendezvous.master_addr, "sync_port": rendezvous.extra["sync_port"],
-                     "master_port": rendezvous.master_port, "pid": os.getpid()}
-            Path(self.config["rdv_file"]).write_text(json.dumps(facts))
-        else:
-            time.sleep(JOIN_DELAY_S)
-        super().setup(rendezvous)
-
-
-class SlowBigDLRunner(_Straggler, BigDLTorchRunner):
-    pass
-
-
-class SlowTorchRunner(_Straggler, TorchRunner):
-    pass
-
-
-class StragglerEstimator(Estimator):
-    backends = declare(
-        Backend("bigdl", "spark", SlowBigDLRunner, "bigdl with a late rank 1"),
-        Backend("ray", "ray", SlowTorchRunner, "ray with a late rank 1"),
-        Backend("spark", "spark", SlowTorchRunner, "spark with a late rank 1"),
-    )
+StragglerEstimator = with_straggler(Estimator)
 
 
 class _Evil:
@@ -68,15 +36,6 @@ class _Evil:
 
     def __reduce__(self) -> Any:  # what unpickling would run: create the marker file
         return (open, (self.marker, "w"))
-
-
-def _wait_for(path: Path, timeout_s: float = 120) -> dict[str, Any]:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if path.exists() and path.stat().st_size:
-            return json.loads(path.read_text())
-        time.sleep(0.02)
-    raise TimeoutError(f"rank 0 never wrote {path}")
 
 
 def _connect(host: str, port: int, timeout_s: float = 10) -> socket.socket:
@@ -145,7 +104,7 @@ def test_a_stranger_at_the_sync_listener_is_refused_and_the_fit_trains_right(orc
 
     def stranger() -> None:
         try:
-            facts = _wait_for(rdv_file)
+            facts = read_facts(rdv_file)
             # a silent connection held through the rendezvous must not hold it up
             silent = _connect(facts["host"], facts["sync_port"])
             report["refused"] = _attack(facts["host"], facts["sync_port"], marker)
@@ -174,55 +133,18 @@ def test_a_stranger_at_the_sync_listener_is_refused_and_the_fit_trains_right(orc
     assert not os.path.exists(marker), "something unpickled what the stranger sent"
 
 
-def _descendants() -> list[psutil.Process]:
-    return psutil.Process().children(recursive=True)
-
-
-def _listeners(procs: list[psutil.Process]) -> set[tuple[str, str, int]]:
-    out = set()
-    for p in procs:
-        try:
-            for c in p.net_connections(kind="inet"):
-                if c.status == psutil.CONN_LISTEN:
-                    out.add((p.name(), c.laddr.ip, c.laddr.port))
-        except (psutil.NoSuchProcess, psutil.AccessDenied):
-            continue
-    return out
-
-
-LOOPBACK = {"127.0.0.1", "::ffff:127.0.0.1", "::1"}
-
-
 @pytest.mark.timeout(600)
 @pytest.mark.parametrize("backend", ["bigdl", "ray", "spark"])
 def test_a_local_fit_listens_on_loopback_only(orca_context, backend, tmp_path):
-    """Every listening socket of this test's child processes (Spark, Ray, the workers), sampled
+    """Every listening socket of this process and its children (Spark, Ray, the workers), sampled
     while a fit runs, is on 127.0.0.1; the sync listener (and gloo's store) are among them."""
     rdv_file = tmp_path / "rdv.json"
     x = np.random.default_rng(0).standard_normal((64, 1)).astype(np.float32)
     est = StragglerEstimator.from_torch(model=one_weight_model(), optimizer=sgd(0.1), loss=nn.MSELoss(),
                                         backend=backend, workers_per_node=2, config={"rdv_file": str(rdv_file)},
                                         use_tqdm=False)
-    seen: set[tuple[str, str, int]] = set()
-    done = threading.Event()
-
-    def sample() -> None:
-        while not done.is_set():
-            seen.update(_listeners(_descendants()))
-            time.sleep(0.05)
-
-    thread = threading.Thread(target=sample, daemon=True)
-    thread.start()
-    try:
-        est.fit({"x": x, "y": 2 * x}, epochs=40, batch_size=8)  # long enough to sample gloo's store
-    finally:
-        done.set()
-        thread.join(30)
-        est.shutdown()
-    facts = json.loads(rdv_file.read_text())
-    ports = {port for _, _, port in seen}
-    assert facts["sync_port"] in ports, f"the sync listener was not seen: {sorted(seen)}"
+    # 40 epochs: long enough to sample gloo's store
+    sampler, facts = listeners_of_a_fit(est, lambda: est.fit({"x": x, "y": 2 * x}, epochs=40, batch_size=8), rdv_file)
     if backend != "bigdl":
-        assert facts["master_port"] in ports, f"gloo's store was not seen: {sorted(seen)}"
-    exposed = sorted(s for s in seen if s[1] not in LOOPBACK)
-    assert not exposed, f"listening beyond loopback in local mode: {exposed}"
+        assert facts["master_port"] in sampler.ports, f"gloo's store was not seen: {sorted(sampler.seen)}"
+    assert not sampler.exposed(), f"listening beyond loopback in local mode: {sampler.exposed()}"

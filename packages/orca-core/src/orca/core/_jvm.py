@@ -18,7 +18,7 @@ def error_text(exc: BaseException) -> str:
             pass
     try:
         return f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
-    except Exception:  # noqa: BLE001
+    except Exception:  # noqa: BLE001 - describing an error must never raise a new one
         return type(exc).__name__
 
 
@@ -54,15 +54,15 @@ def stop_jvm() -> None:
         # The gateway JVM exits when its stdin closes; terminate and kill are the fallbacks.
         try:
             proc.stdin.close()
-        except Exception:  # noqa: BLE001
+        except Exception:  # noqa: BLE001 - a closed or broken pipe: the fallbacks below stop it
             pass
         try:
             proc.wait(timeout=10)
-        except Exception:  # noqa: BLE001
+        except Exception:  # noqa: BLE001 - still running: escalate
             proc.terminate()
             try:
                 proc.wait(timeout=10)
-            except Exception:  # noqa: BLE001
+            except Exception:  # noqa: BLE001 - still running: escalate
                 proc.kill()
                 proc.wait(timeout=10)
     SparkContext._gateway = None

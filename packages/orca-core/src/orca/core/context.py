@@ -398,7 +398,7 @@ class OrcaContext(metaclass=_ContextType):
                 if self._owns_spark:
                     try:
                         _stop_spark_and_jvm(session)
-                    except Exception as exc:  # noqa: BLE001
+                    except Exception as exc:  # noqa: BLE001 - collected, raised after every part stopped
                         errors.append(exc)
         if errors:
             raise errors[0]

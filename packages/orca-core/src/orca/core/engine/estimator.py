@@ -537,7 +537,7 @@ class BaseEstimator:
         try:
             if self._group is not None and self._group_in_live_context():
                 self._group.shutdown()
-        except Exception:  # noqa: BLE001
+        except Exception:  # noqa: BLE001 - best-effort cleanup at interpreter exit
             pass
 
 

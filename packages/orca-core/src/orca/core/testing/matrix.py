@@ -35,7 +35,3 @@ def skip_unless_runs_on(backend: str, backends: Sequence[str] | None) -> None:
     if not runs_on(backend, backends):
         pytest.skip(LAUNCHER_LEVEL)
 
-
-def full_matrix_only(why: str) -> pytest.MarkDecorator:
-    """A mark that skips a test outside the full matrix; ``why`` says where CI covers its subject."""
-    return pytest.mark.skipif(not full_matrix(), reason=f"full-matrix test: {why} (ORCA_FULL_MATRIX=1 runs it)")
