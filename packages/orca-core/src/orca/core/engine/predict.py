@@ -150,7 +150,7 @@ def _predict_with_arrow_udf(df: Any, feature_cols: list[str], name: str, typ: An
     import pyarrow as pa
     from pyspark.sql import functions as F
 
-    fields = [f"f{i}" for i in range(len(feature_cols))]
+    fields = list(feature_cols)  # the struct's fields keep the user's names: errors in the worker name them
 
     def task(arrays: Iterator[Any]) -> Iterator[Any]:
         for arr in arrays:

@@ -37,6 +37,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from pyspark.errors import PythonException
 
 from orca.core.engine.callbacks import Callback
 from orca.core.engine.errors import OrcaWorkerError
@@ -84,6 +85,22 @@ class SlowSteps(Callback):
 
     def on_batch_end(self, step: int, logs: dict[str, Any] | None = None) -> None:
         time.sleep(self.seconds)
+
+
+class RaiseAt(Callback):
+    """Rank ``rank`` raises :class:`UserCodeError` (user code failing in a worker) after step ``step``
+    of the first epoch."""
+
+    def __init__(self, rank: int, step: int) -> None:
+        self.fail_rank, self.step = rank, step
+
+    def on_batch_end(self, step: int, logs: dict[str, Any] | None = None) -> None:
+        if self.rank == self.fail_rank and step == self.step:
+            raise UserCodeError(f"user code failed on rank {self.rank} after step {step}")
+
+
+class UserCodeError(RuntimeError):
+    """What :class:`RaiseAt` raises: a type no framework or engine raises by itself."""
 
 
 class StallAt(Callback):
@@ -359,15 +376,55 @@ class EstimatorConformance:
             np.testing.assert_allclose(got, models["one"], atol=self.atol, rtol=1e-5, err_msg=name)
 
     @pytest.mark.timeout(300)
-    def test_worker_failure_surfaces_on_the_driver(self, backend: str, data: dict[str, Any]) -> None:
-        """A shape the model cannot take fails in the workers and comes back as one clear error."""
+    def test_an_exception_in_a_worker_reaches_the_driver_with_its_traceback(self, backend: str,
+                                                                          data: dict[str, Any]) -> None:
+        """User code (a callback) raises in rank 1's process after its step 2, while rank 0 goes on to
+        its next step's all-reduce: the fit fails on the driver with an :class:`OrcaWorkerError` (not a
+        lost worker, not a timeout) whose rank is 1 and whose worker traceback holds the user's
+        exception, its message and the frame that raised it; the Estimator keeps its model."""
+        if not self.supports_fit:
+            pytest.skip("this Estimator is inference-only")
+        skip_unless_runs_on(backend, self.launcher_backends)
         est = self.fresh(backend)
-        bad = np.zeros((8, NUM_FEATURES + 3), np.float32)
         try:
-            with pytest.raises((OrcaWorkerError, ValueError)):
-                est.predict(bad, batch_size=4)
+            before = np.asarray(est.predict(data["x"][:16], batch_size=8)).reshape(-1)
+            with pytest.raises(OrcaWorkerError) as caught:
+                est.fit({"x": data["x"][:64], "y": data["y"][:64]}, epochs=2, batch_size=8, shuffle=False,
+                        callbacks=[RaiseAt(rank=1, step=2)])
+            err = caught.value
+            assert type(err) is OrcaWorkerError, f"a user error reported as {type(err).__name__}: {err}"
+            assert err.rank == 1, f"the error names rank {err.rank}, not 1: {err}"
+            assert "UserCodeError: user code failed on rank 1 after step 2" in err.worker_traceback, str(err)
+            assert "in on_batch_end" in err.worker_traceback, str(err)  # the frame that raised it
+            assert "user code failed on rank 1" in str(err)  # what the user reads
+            np.testing.assert_array_equal(np.asarray(est.predict(data["x"][:16], batch_size=8)).reshape(-1), before)
         finally:
             est.shutdown()
+
+    @pytest.mark.timeout(300)
+    def test_a_bad_row_met_in_a_worker_reaches_the_driver_with_its_traceback(self, predictor: Any,
+                                                                              data: dict[str, Any],
+                                                                              orca_context: Any) -> None:
+        """Row 50 of a 64-row DataFrame (the second partition) holds 5 features instead of 4: only the
+        worker that converts that partition meets it. The prediction fails on the driver with the
+        worker's traceback, whose message names the column and both lengths: an
+        :class:`OrcaWorkerError` from an eager call, or Spark's ``PythonException`` when the lazy
+        DataFrame a Spark-launched ``predict`` returns is computed. The Estimator predicts as
+        before. Inference-only Estimators too."""
+        spark = orca_context.spark_session()
+        x, y = regression_arrays(64, seed=5)
+        rows = [(i, x[i].tolist() + ([9.0] if i == 50 else []), float(y[i])) for i in range(64)]
+        df = spark.createDataFrame(spark.sparkContext.parallelize(rows, 2), "id long, x array<float>, y float")
+        before = np.asarray(predictor.predict(data["x"][:16], batch_size=8)).reshape(-1)
+        with pytest.raises((OrcaWorkerError, PythonException)) as caught:
+            # a DataFrame prediction on Spark is lazy: the worker meets the row when it is computed
+            predictor.predict(df, feature_cols=["x"], batch_size=8).toPandas()
+        err = caught.value
+        if isinstance(err, OrcaWorkerError):
+            assert err.worker_traceback, f"no worker traceback reached the driver: {err}"
+        assert "Traceback (most recent call last)" in str(err), str(err)
+        assert "column 'x' holds arrays of different lengths (4..5)" in str(err), str(err)
+        np.testing.assert_array_equal(np.asarray(predictor.predict(data["x"][:16], batch_size=8)).reshape(-1), before)
 
     # ------------------------------------------------------------ liveness
     @pytest.fixture
