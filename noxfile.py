@@ -22,6 +22,7 @@ import subprocess
 import sys
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import nox
 
@@ -46,6 +47,24 @@ NO_COMPILE = "--no-compile"
 # links the wheels from its cache, several times faster than pip (minutes of each CI run), and
 # fall back to venv + pip where it does not.
 TEST_VENV_BACKEND = "uv|venv"
+
+#: The framework versions each test session is run with, one row per version set. A row is
+#: ``(id, pins)``: the session's framework (and, for core, Spark and Ray) installed at those versions.
+#: The first row, the newest release that installs here, is tagged ``test`` (``nox -t test``: the
+#: README, .ci/run); the others ``matrix`` (``nox -t matrix``, run before a release and recorded in
+#: docs/development.md). ``nox -s torch`` runs every row of one framework (the GitHub workflow's job).
+MATRIX: dict[str, list[tuple[str, dict[str, str]]]] = {
+    # Spark 3.5 wants numpy<2 (and so pyarrow<26, which needs numpy 2 at import time)
+    "core": [("spark4.3-ray2.60", {"pyspark": "==4.3.0", "ray": "==2.60.0"}),
+             ("spark3.5-ray2.59", {"pyspark": "==3.5.9", "ray": "==2.59.0", "numpy": "<2", "pyarrow": "<26"})],
+    # 2.14.1 is a ~5.5 GB build here (2.13.0 a small CPU wheel): matrix only
+    "torch": [("torch2.13", {"torch": "==2.13.0"}), ("torch2.14", {"torch": "==2.14.1"})],
+    "tf": [("tf2.21", {"tensorflow-cpu": "==2.21.0", "tensorboard": "==2.21.0", "tf_keras": "==2.21.0"}),
+           ("tf2.20", {"tensorflow-cpu": "==2.20.0", "tensorboard": "==2.20.0", "tf_keras": "==2.20.1"})],
+    "mxnet": [("mxnet1.9", {"mxnet": "==1.9.1"})],  # 1.9.1 is the last release: the project is retired
+    "bigdl": [("bigdl2.4", {"bigdl-dllib-spark3": "==2.4.0", "bigdl-core": "==2.4.0.dev0"})],  # the last dllib-spark3
+    "openvino": [("ov2026.4", {"openvino": "==2026.4.1"}), ("ov2025.4", {"openvino": "==2025.4.1"})],
+}
 
 # Set by .ci/run: each test session deletes its environment when it ends (pass or fail), so the
 # run needs the disk of the largest environment, not of all seven (~15 GB together).
@@ -174,10 +193,10 @@ def _install(session: nox.Session, *args: str) -> None:
         session.install(NO_COMPILE, *args)
 
 
-def _install_torch_env(session: nox.Session) -> None:
+def _install_torch_env(session: nox.Session, torch: str = TORCH) -> None:
     """torch first, alone and pinned; then the local packages together in one call."""
-    _install(session, TORCH)
-    _install(session, TORCH, *CORE, "-e", "packages/orca-torch[test]")
+    _install(session, torch)
+    _install(session, torch, *CORE, "-e", "packages/orca-torch[test]")
 
 
 def _install_framework(session: nox.Session, package: str, *framework: str) -> None:
@@ -186,82 +205,101 @@ def _install_framework(session: nox.Session, package: str, *framework: str) -> N
     _install(session, *framework, *CORE, "-e", f"packages/{package}[test]")
 
 
-def test_session(func: Callable[[nox.Session], None]) -> Callable[[nox.Session], None]:
-    """Register ``func`` as a session tagged ``test`` (so in ``nox -t test``, the README's command and
-    CI). Under ``ORCA_DROP_ENVS=1`` its environment is deleted when it ends, whatever the outcome."""
+def _pins(pins: dict[str, str], *names: str) -> list[str]:
+    """Requirement strings of ``names`` (all when none) from a matrix row's pins."""
+    return [f"{name}{spec}" for name, spec in pins.items() if not names or name in names]
+
+
+def _drop_env_after(func: Callable[..., None]) -> Callable[..., None]:
+    """Under ``ORCA_DROP_ENVS=1`` the session's environment is deleted when it ends, whatever the outcome."""
 
     @functools.wraps(func)
-    def run(session: nox.Session) -> None:
+    def run(session: nox.Session, **kwargs: Any) -> None:
         try:
-            func(session)
+            func(session, **kwargs)
         finally:
             location = getattr(session.virtualenv, "location", None)
             if DROP_ENVS and location and Path(location).is_dir():
                 shutil.rmtree(location, ignore_errors=True)
                 session.log(f"ORCA_DROP_ENVS=1: removed {location}")
 
-    return nox.session(python=PYTHON, tags=["test"], venv_backend=TEST_VENV_BACKEND)(run)
+    return run
+
+
+def test_session(func: Callable[[nox.Session], None]) -> Callable[[nox.Session], None]:
+    """Register ``func`` as a session tagged ``test`` (so in ``nox -t test``, the README's command and
+    CI). Under ``ORCA_DROP_ENVS=1`` its environment is deleted when it ends, whatever the outcome."""
+    return nox.session(python=PYTHON, tags=["test"], venv_backend=TEST_VENV_BACKEND)(_drop_env_after(func))
+
+
+def matrix_session(func: Callable[..., None]) -> Callable[..., None]:
+    """Register ``func(session, pins)`` as one session per row of ``MATRIX[func.__name__]``: the
+    first row tagged ``test``, the others ``matrix``; environments dropped as :func:`test_session`'s."""
+    rows = [nox.param(pins, id=row, tags=["test" if i == 0 else "matrix"])
+            for i, (row, pins) in enumerate(MATRIX[func.__name__])]
+    parametrized = nox.parametrize("pins", rows)(_drop_env_after(func))
+    return nox.session(python=PYTHON, venv_backend=TEST_VENV_BACKEND)(parametrized)
 
 
 # --------------------------------------------------------------------------- test sessions
 
 
-@test_session
-def core(session: nox.Session) -> None:
+@matrix_session
+def core(session: nox.Session, pins: dict[str, str]) -> None:
     """orca-core tests: OrcaContext, XShards and the shared engine, on real local Spark and Ray;
     MLflow tracking against a real sqlite tracking store (hence sqlalchemy and alembic)."""
-    _install(session, *CORE, "mlflow-skinny==3.17.2", "sqlalchemy", "alembic")
+    _install(session, *_pins(pins), *CORE, "mlflow-skinny==3.17.2", "sqlalchemy", "alembic")
     _runtime_env(session)
     _pytest(session, "orca-core")
 
 
-@test_session
-def torch(session: nox.Session) -> None:
-    """orca-torch tests (torch==2.13.0 CPU) on Spark and Ray."""
-    _install_torch_env(session)
+@matrix_session
+def torch(session: nox.Session, pins: dict[str, str]) -> None:
+    """orca-torch tests (torch 2.13.0 CPU in CI) on Spark and Ray."""
+    _install_torch_env(session, *_pins(pins, "torch"))
     _runtime_env(session)
     _pytest(session, "orca-torch")
 
 
-@test_session
-def tf(session: nox.Session) -> None:
-    """orca-tf tests with tensorflow-cpu 2.21 (Keras 3); tensorboard (the test extra) for the
+@matrix_session
+def tf(session: nox.Session, pins: dict[str, str]) -> None:
+    """orca-tf tests with tensorflow-cpu (2.21, Keras 3, in CI); tensorboard (the test extra) for the
     TensorBoard callback, pinned to the TF release."""
-    _install_framework(session, "orca-tf", "tensorflow-cpu==2.21.0", "tensorboard==2.21.0")
+    _install_framework(session, "orca-tf", *_pins(pins, "tensorflow-cpu", "tensorboard"))
     # tf_keras (Keras 2) declares the full `tensorflow` wheel: add it without that dependency
-    _install(session, "--no-deps", "tf_keras==2.21.0")
+    _install(session, "--no-deps", *_pins(pins, "tf_keras"))
     _runtime_env(session)
     _pytest(session, "orca-tf")
 
 
-@test_session
-def mxnet(session: nox.Session) -> None:
+@matrix_session
+def mxnet(session: nox.Session, pins: dict[str, str]) -> None:
     """orca-mxnet tests with mxnet 1.9.1 (needs numpy 1.23.5 in its own env)."""
     # mxnet 1.9.1 calls np.bool, removed in numpy 1.24; the rest of the stack resolves around it
     # (orca-mxnet pins pyarrow<26: pyarrow 26 needs numpy 2 at import time but does not say so).
-    _install_framework(session, "orca-mxnet", "mxnet==1.9.1", "numpy==1.23.5")
+    _install_framework(session, "orca-mxnet", *_pins(pins), "numpy==1.23.5")
     _runtime_env(session)
     _pytest(session, "orca-mxnet")
 
 
-@test_session
-def bigdl(session: nox.Session) -> None:
+@matrix_session
+def bigdl(session: nox.Session, pins: dict[str, str]) -> None:
     """orca-bigdl tests with bigdl-dllib-spark3 2.4.0 on pyspark 3.5 and numpy<2."""
     # BigDL's jars are built for Spark 3 (Scala 2.12) and its Sample uses ndarray.tostring
     # (gone in numpy 2). Its wheel pins pyspark==3.1.3, which fails on Python 3.11 and
     # Java 17: install it without its dependencies on top of a Spark 3.5 stack (orca-bigdl
     # pins pyarrow<26, which numpy<2 needs).
     _install_framework(session, "orca-bigdl", "pyspark>=3.5,<3.6", "numpy<2", "six", "cloudpickle")
-    _install(session, "--no-deps", "bigdl-dllib-spark3==2.4.0", "bigdl-core==2.4.0.dev0")
+    _install(session, "--no-deps", *_pins(pins))
     _runtime_env(session)
     _pytest(session, "orca-bigdl")
 
 
-@test_session
-def openvino(session: nox.Session) -> None:
-    """orca-openvino tests with openvino 2026.4.1 (inference only); torch==2.13.0 (CPU) too, only to
-    check a model converted from a torch module with ``ov.convert_model``; onnx to write an ONNX file."""
-    _install_framework(session, "orca-openvino", "openvino==2026.4.1", "onnx==1.23.2", TORCH)
+@matrix_session
+def openvino(session: nox.Session, pins: dict[str, str]) -> None:
+    """orca-openvino tests with openvino (2026.4.1 in CI; inference only); torch==2.13.0 (CPU) too, only
+    to check a model converted from a torch module with ``ov.convert_model``; onnx to write an ONNX file."""
+    _install_framework(session, "orca-openvino", *_pins(pins), "onnx==1.23.2", TORCH)
     _runtime_env(session)
     _pytest(session, "orca-openvino")
 
@@ -290,7 +328,7 @@ def lint(session: nox.Session) -> None:
     mypy = ["mypy", "--python-version", PYTHON, "--ignore-missing-imports", "--namespace-packages"]
     mypy += ["--explicit-package-bases", "--pretty"]
     # the workflow's per-package jobs are exactly the test sessions (its path filters are named after them)
-    tested = sorted(name for name, func in nox.registry.get().items() if "test" in getattr(func, "tags", []))
+    tested = sorted([*MATRIX, *(name for name, func in nox.registry.get().items() if "test" in getattr(func, "tags", []))])
     checks = {"ruff": ["ruff", "check", *paths], "mypy": [*mypy, "-p", "orca.core"],
               "workflow": ["python", "-c", WORKFLOW_CHECK, WORKFLOW, *tested]}
     failed = []
