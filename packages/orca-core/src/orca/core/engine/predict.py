@@ -150,7 +150,9 @@ def _predict_with_arrow_udf(df: Any, feature_cols: list[str], name: str, typ: An
     import pyarrow as pa
     from pyspark.sql import functions as F
 
-    fields = list(feature_cols)  # the struct's fields keep the user's names: errors in the worker name them
+    # the struct's fields keep the user's names, so that an error in the worker names the column
+    fields = list(feature_cols) if len(set(feature_cols)) == len(feature_cols) else \
+        [f"f{i}" for i in range(len(feature_cols))]
 
     def task(arrays: Iterator[Any]) -> Iterator[Any]:
         for arr in arrays:
