@@ -8,7 +8,7 @@ import pytest
 
 from orca.core.engine.adapters import get_data_source
 from orca.core.engine.callbacks import latest_checkpoint
-from orca.core.engine.convert import arrow_column_to_numpy, shard_to_part
+from orca.core.engine.convert import arrow_column_to_numpy, check_class_indices, shard_to_part
 from orca.core.engine.feed import Feed, balanced_slices, split_sizes, steps_per_epoch
 from orca.core.engine.history import History
 from orca.core.engine.metrics import AUC, MAE, MSE, Accuracy, make_metrics, merge_states
@@ -138,3 +138,22 @@ def test_latest_checkpoint_picks_the_highest_epoch(tmp_path):
     assert latest_checkpoint(str(tmp_path)).endswith("model-10.ckpt")
     with pytest.raises(FileNotFoundError):
         latest_checkpoint(str(tmp_path / "missing"))
+
+
+@pytest.mark.parametrize(("labels", "ignore", "first", "count"), [
+    (np.array([0, 1, 2, 3, 7]), None, "3", 2),  # above the classes
+    (np.array([[0, -1], [2, 1]]), None, "-1", 1),  # negative, any shape
+    (np.array([0.0, 1.0, 1.5]), None, "1.5", 1),  # a float label that is no index
+    (np.array([0, -100, 9]), -100, "9", 1),  # the ignored value is not out of range
+])
+def test_class_indices_out_of_range_are_named_with_the_fix(labels, ignore, first, count) -> None:
+    with pytest.raises(ValueError, match=rf"CE: label {first} is out of range for a model with 3 outputs.*"
+                                         rf"\({count} label\(s\).*Re-index the labels to 0\.\.2"):
+        check_class_indices(labels, 3, "CE", ignore)
+
+
+def test_class_indices_in_range_pass() -> None:
+    check_class_indices(np.array([0, 1, 2, 2, 0]), 3, "CE")
+    check_class_indices(np.array([0.0, 2.0]), 3, "CE")
+    check_class_indices(np.array([0, -100, 2]), 3, "CE", ignore_index=-100)
+    check_class_indices(np.zeros((0,), np.int64), 3, "CE")

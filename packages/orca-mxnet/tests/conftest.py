@@ -10,15 +10,15 @@ def backend(request):
     return request.param
 
 
-def linear_creator(n_in=4, init_w=None, deferred=False):
-    """A Gluon linear model ``Dense(1)``; with ``init_w`` its weight is set to those values, bias 0."""
+def linear_creator(n_in=4, init_w=None, deferred=False, n_out=1):
+    """A Gluon linear model ``Dense(n_out)``; with ``init_w`` its weight is set to those values, bias 0."""
 
     def create(config):
         import mxnet as mx
         from mxnet import gluon
 
         net = gluon.nn.HybridSequential()
-        net.add(gluon.nn.Dense(1, in_units=0 if deferred else n_in))
+        net.add(gluon.nn.Dense(n_out, in_units=0 if deferred else n_in))
         if init_w is not None:
             net.initialize(mx.init.Constant(0.0))
             net[0].weight.set_data(mx.nd.array(np.asarray(init_w, np.float32).reshape(1, n_in)))

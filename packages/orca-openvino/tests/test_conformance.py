@@ -3,7 +3,7 @@
 import pytest
 from conftest import F32, linear_model, reference
 
-from orca.core.testing.bad_inputs import BadInputConformance
+from orca.core.testing.bad_inputs import BadInputConformance, WrongKind
 from orca.core.testing.conformance import EstimatorConformance
 from orca.openvino import Estimator
 
@@ -11,6 +11,7 @@ from orca.openvino import Estimator
 class TestOpenVINOConformance(EstimatorConformance, BadInputConformance):
     supports_fit = False
     supports_save = False  # IR is an .xml + .bin pair; save/load has its own test
+    has_model_arguments = True
 
     @pytest.fixture(scope="class", params=["spark", "ray"])
     @classmethod
@@ -19,6 +20,13 @@ class TestOpenVINOConformance(EstimatorConformance, BadInputConformance):
 
     def make_estimator(self, backend):
         return Estimator.from_openvino(model_path=linear_model(), config=F32, backend=backend, workers_per_node=2)
+
+    def wrong_kind_arguments(self):
+        def build(backend):
+            return Estimator.from_openvino(model_path=3, config=F32, backend=backend, workers_per_node=2)
+
+        return {"model_path": WrongKind(build, r"model_path must be a path to an IR \.xml / ONNX file or an ov\.Model"
+                                               r".*int")}
 
     def single_process_predict(self, est, x):
         return reference(est.get_model(), x)[0]

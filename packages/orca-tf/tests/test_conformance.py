@@ -4,9 +4,19 @@ import numpy as np
 import pytest
 from conftest import linear_creator
 
-from orca.core.testing.bad_inputs import BadInputConformance
+from orca.core.testing.bad_inputs import BadInputConformance, WrongKind
 from orca.core.testing.conformance import EstimatorConformance
 from orca.tf import Estimator
+
+
+def classifier_creator(config):
+    import keras
+
+    keras.utils.set_random_seed(0)
+    model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(3)])
+    model.compile(optimizer=keras.optimizers.SGD(0.05),
+                  loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    return model
 
 
 class TestKerasConformance(EstimatorConformance, BadInputConformance):
@@ -15,6 +25,8 @@ class TestKerasConformance(EstimatorConformance, BadInputConformance):
     #: spark launcher runs in test_graph_conformance.py (the graph Estimator's default backend)
     launcher_backends = ("ray",)
     partition_backends = ("ray",)
+    supports_class_labels = True
+    has_model_arguments = True
 
     @pytest.fixture(scope="class", params=["ray", "spark", "bigdl"])
     @classmethod
@@ -24,6 +36,26 @@ class TestKerasConformance(EstimatorConformance, BadInputConformance):
     def make_estimator(self, backend):
         return Estimator.from_keras(model_creator=linear_creator(lr=0.05), backend=backend, workers_per_node=2,
                                     verbose=0)
+
+    def make_classifier(self, backend):
+        return Estimator.from_keras(model_creator=classifier_creator, backend=backend, workers_per_node=2, verbose=0)
+
+    def wrong_kind_arguments(self):
+        def make(**wrong):
+            def build(backend):
+                return Estimator.from_keras(**{"model_creator": linear_creator(lr=0.05), **wrong}, backend=backend,
+                                            workers_per_node=2, verbose=0)
+
+            return build
+
+        return {
+            "model_creator": WrongKind(make(model_creator="nope"), r"model_creator must be a function.*got str"),
+            "keras_model": WrongKind(make(model_creator=None, keras_model="nope"),
+                                     r"keras_model must be a compiled keras\.Model.*got str"),
+            "model_creator_result": WrongKind(make(model_creator=lambda config: "nope"),
+                                              r"the model creator returned str; return a compiled keras\.Model",
+                                              "worker"),
+        }
 
     def single_process_predict(self, est, x):
         return est.get_model()(np.asarray(x, np.float32)).numpy()

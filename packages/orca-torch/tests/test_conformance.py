@@ -5,7 +5,7 @@ import torch
 from conftest import LinearNet, predict_plain, sgd
 from torch import nn
 
-from orca.core.testing.bad_inputs import BadInputConformance
+from orca.core.testing.bad_inputs import BadInputConformance, WrongKind
 from orca.core.testing.conformance import EstimatorConformance
 from orca.torch import Estimator
 
@@ -15,6 +15,8 @@ class TestTorchConformance(EstimatorConformance, BadInputConformance):
     #: torch on ray also loses and recovers a worker in test_ray_on_spark.py
     launcher_backends = ("spark",)
     partition_backends = ("ray",)
+    supports_class_labels = True
+    has_model_arguments = True
 
     @pytest.fixture(scope="class", params=["bigdl", "ray", "spark"])
     @classmethod
@@ -25,6 +27,30 @@ class TestTorchConformance(EstimatorConformance, BadInputConformance):
         torch.manual_seed(0)
         return Estimator.from_torch(model=LinearNet(), optimizer=sgd(0.05), loss=nn.MSELoss(), backend=backend,
                                     workers_per_node=2)
+
+    def make_classifier(self, backend):
+        torch.manual_seed(0)
+        return Estimator.from_torch(model=nn.Linear(4, 3), optimizer=sgd(0.05), loss=nn.CrossEntropyLoss(),
+                                    backend=backend, workers_per_node=2)
+
+    def wrong_kind_arguments(self):
+        def make(**wrong):
+            def build(backend):
+                args = {"model": LinearNet(), "optimizer": sgd(0.05), "loss": nn.MSELoss(), **wrong}
+                return Estimator.from_torch(**args, backend=backend, workers_per_node=2)
+
+            return build
+
+        return {
+            "model": WrongKind(make(model="nope"), r"model must be a torch\.nn\.Module.*got 'nope' of type str"),
+            "loss": WrongKind(make(loss="nope"), r"loss must be a loss module.*got str"),
+            "optimizer": WrongKind(make(optimizer="nope"), r"optimizer must be a torch\.optim\.Optimizer.*got str"),
+            "model_creator": WrongKind(make(model=lambda config: "nope"),
+                                       r"the model creator returned str, not a torch\.nn\.Module", "worker"),
+            "loss_creator": WrongKind(make(loss=lambda config: "nope"), r"the loss creator returned str", "worker"),
+            "optimizer_creator": WrongKind(make(optimizer=lambda model, config: "nope"),
+                                           r"the optimizer creator returned str", "worker"),
+        }
 
     def single_process_predict(self, est, x):
         return predict_plain(est.get_model(), x)

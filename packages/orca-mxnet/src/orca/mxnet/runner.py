@@ -20,7 +20,7 @@ import numpy as np
 
 import mxnet as mx
 from mxnet import autograd, gluon
-from orca.core.plugin import Batch, Rendezvous, Runner, pack, unpack
+from orca.core.plugin import Batch, Rendezvous, Runner, check_class_indices, pack, unpack
 
 
 @dataclass(frozen=True)
@@ -87,6 +87,9 @@ class MXNetRunner(Runner):
             params.initialize(mx.init.Xavier(), ctx=mx.cpu())
         loss_creator = self.spec.get("loss_creator")
         self.loss_fn = loss_creator(self.config) if loss_creator is not None else None
+        if self.loss_fn is not None and not callable(self.loss_fn):
+            raise TypeError(f"loss_creator returned {type(self.loss_fn).__name__}; return a gluon loss (e.g. "
+                            "gluon.loss.L2Loss()) or a function f(output, label).")
         self.train_metrics = _metric_list(self._create(self.spec.get("eval_metrics_creator")))
         self.val_metrics = _metric_list(self._create(self.spec.get("validation_metrics_creator"))) \
             or _metric_list(self._create(self.spec.get("eval_metrics_creator")))
@@ -130,6 +133,11 @@ class MXNetRunner(Runner):
         first = _outputs(out)[0]
         if len(y) == 1 and first.ndim == target.ndim + 1 and first.shape[-1] == 1:
             target = target.reshape((-1, 1))  # (n, 1) outputs against (n,) targets
+        if isinstance(self.loss_fn, gluon.loss.SoftmaxCrossEntropyLoss) and getattr(self.loss_fn, "_sparse_label", True) \
+                and len(y) == 1 and first.ndim >= 2:
+            # its `pick` clips a label out of range to the last class and trains on it without a word
+            check_class_indices(y[0].asnumpy(), int(first.shape[getattr(self.loss_fn, "_axis", -1)]),
+                                type(self.loss_fn).__name__)
         try:
             return self.loss_fn(out, target)
         except mx.base.MXNetError as exc:

@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from orca.core.plugin import Batch, Rendezvous, Runner, pack, unpack
+from orca.core.plugin import Batch, Rendezvous, Runner, check_class_indices, pack, unpack
 from orca.tf import _keras, _sync
 from orca.tf._dataset import dataset_batches
 from orca.tf._graph import shape_rows
@@ -117,6 +117,7 @@ class KerasRunner(Runner):
         self._synced = False
         self._metric_sample: Any = None
         self._rows = 0
+        self._label_check: tuple[Any, ...] | None = None
         if self.model.built:
             self._broadcast_weights()
         self.join_group()
@@ -244,6 +245,7 @@ class KerasRunner(Runner):
         if batch.size > 0:
             x, y = self._x(batch.x), _inputs(batch.y)
             self._ensure_built(x)
+            self._check_labels(batch.y)
             if self._step is None:
                 self._step = self._make_step()
             sw = self._sample_weight(batch.y)
@@ -268,6 +270,15 @@ class KerasRunner(Runner):
                 return value if self._apply_if_finite(zeros) else None
             self._step.reduce_apply(zeros)
         return value
+
+    def _check_labels(self, y: list[np.ndarray]) -> None:
+        """Class-index labels of a sparse categorical cross-entropy must be in range: TF fails deep in
+        the step (an InvalidArgumentError naming neither the column nor the fix)."""
+        if getattr(self, "_label_check", None) is None:
+            self._label_check = _sparse_ce_classes(self.model) or ()
+        if self._label_check and len(y) == 1:
+            classes, ignore, name = self._label_check
+            check_class_indices(y[0], classes, name, ignore)
 
     def _apply_if_finite(self, flat: Any) -> bool:
         """All-reduce ``flat`` and apply it unless it holds NaN/Inf (the same answer on every rank)."""
@@ -397,3 +408,21 @@ def _wire(a: np.ndarray) -> np.ndarray:
     if a.dtype == object:
         return np.asarray(a.tolist(), dtype=str)
     return a
+
+
+def _sparse_ce_classes(model: Any) -> tuple[int, int | None, str] | None:
+    """``(classes, ignore_class, loss name)`` when the compiled loss is a sparse categorical
+    cross-entropy of a model with one output of known width; otherwise ``None``."""
+    loss = getattr(model, "loss", None)
+    name = loss if isinstance(loss, str) else getattr(loss, "__name__", None) or type(loss).__name__
+    if name not in ("sparse_categorical_crossentropy", "SparseCategoricalCrossentropy"):
+        return None
+    try:
+        outputs = model.outputs
+        classes = int(outputs[0].shape[-1]) if len(outputs) == 1 else None
+    except (AttributeError, TypeError, ValueError, IndexError):
+        return None
+    if not classes or classes < 2:
+        return None
+    ignore = getattr(loss, "ignore_class", None)
+    return classes, (int(ignore) if ignore is not None else None), name

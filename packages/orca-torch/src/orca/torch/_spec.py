@@ -101,5 +101,9 @@ def build_loss(loss: Any, config: dict[str, Any]) -> Any:
     if isinstance(loss, type) and issubclass(loss, nn.Module):
         return loss()
     if _n_params(loss) == 1:
-        return loss(config)
+        made = loss(config)
+        if not callable(made):
+            raise TypeError(f"the loss creator returned {type(made).__name__}, not a loss: return a loss module "
+                            "(nn.MSELoss()) or a function f(output, target).")
+        return made
     return loss

@@ -18,7 +18,7 @@ import numpy as np
 
 import torch
 import torch.distributed as dist
-from orca.core.plugin import Batch, Rendezvous, Runner
+from orca.core.plugin import Batch, Rendezvous, Runner, check_class_indices
 from orca.torch import _codec  # noqa: F401 - registers torch tensors for checkpoints
 from orca.torch._spec import build_loss, build_model, build_optimizer
 from torch import nn
@@ -106,6 +106,11 @@ class TorchRunner(Runner):
         if (first is not None and isinstance(target, torch.Tensor) and target.is_floating_point()
                 and first.dim() == target.dim() + 1 and first.shape[-1] == 1):
             target = target.unsqueeze(-1)  # (n, 1) outputs against (n,) scalar targets
+        if (isinstance(self.loss_fn, (nn.CrossEntropyLoss, nn.NLLLoss)) and first is not None and first.dim() >= 2
+                and isinstance(target, torch.Tensor) and not target.is_floating_point()):
+            classes, ignore = int(first.shape[1]), self.loss_fn.ignore_index
+            if bool((((target < 0) | (target >= classes)) & (target != ignore)).any()):  # on the labels' device
+                check_class_indices(target.detach().cpu().numpy(), classes, type(self.loss_fn).__name__, ignore)
         try:
             return self.loss_fn(out, target)
         except RuntimeError as exc:

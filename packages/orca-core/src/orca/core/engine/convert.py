@@ -173,6 +173,38 @@ def check_finite(part: Part, where: str, feature_names: Sequence[str] | None = N
             )
 
 
+def check_class_indices(labels: Any, num_classes: int, loss: str, ignore_index: int | None = None) -> None:
+    """Refuse class-index labels outside ``0..num_classes-1`` for a loss that takes class indices
+    (cross-entropy with integer targets): a framework either fails with an index error that names
+    neither the column nor the fix, or (mxnet's ``pick``) clips the label and trains on a wrong one.
+
+    Args:
+        labels: the batch's labels (array-like of integers, any shape).
+        num_classes: the model's number of outputs along the class axis.
+        loss: the loss's name, for the message.
+        ignore_index: a label value the loss skips (torch's ``ignore_index``, Keras's ``ignore_class``).
+
+    Raises:
+        ValueError: naming the first label out of range, the model's class count and the fix.
+    """
+    a = np.asarray(labels)
+    if a.size == 0 or a.dtype.kind not in "biuf":
+        return
+    flat = a.reshape(-1)
+    bad = (flat < 0) | (flat >= num_classes) | (flat != np.round(flat) if a.dtype.kind == "f" else False)
+    if ignore_index is not None:
+        bad &= flat != ignore_index
+    if not bad.any():
+        return
+    first = flat[np.argmax(bad)]
+    value = int(first) if float(first).is_integer() else float(first)
+    raise ValueError(
+        f"{loss}: label {value!r} is out of range for a model with {num_classes} outputs, which takes class "
+        f"indices 0..{num_classes - 1} ({int(bad.sum())} label(s) of this batch are outside it). Re-index the labels "
+        f"to 0..{num_classes - 1} (e.g. with StringIndexer, or y - y.min()), or give the model more outputs."
+    )
+
+
 def check_part(part: Part, need_labels: bool, where: str) -> None:
     """Validate a part: same row counts, numeric dtypes, labels present when training, and (when
     training or evaluating) only finite values.

@@ -33,7 +33,7 @@ import numpy as np
 import pytest
 
 from orca.core.engine.errors import OrcaWorkerError
-from orca.core.testing.matrix import skip_unless_runs_on
+from orca.core.testing.matrix import runs_on, skip_unless_runs_on
 
 # --------------------------------------------------------------------------- nothing left behind
 
@@ -137,6 +137,7 @@ class BadInput:
             that learns it on the driver, e.g. from a Spark stage that had no task to run, raises
             ``raises`` there; one whose workers see it first names the rank).
         needs: capability flags of the test class that must be true for the case to apply.
+        estimator: the Estimator the case calls (see the attribute).
     """
 
     name: str
@@ -147,12 +148,41 @@ class BadInput:
     fix: str
     where: str = "driver"
     needs: tuple[str, ...] = field(default_factory=tuple)
+    #: which Estimator the case calls: ``"regressor"`` (``make_estimator``) or ``"classifier"``
+    #: (``make_classifier``: 4 inputs, 3 classes, a cross-entropy loss over class indices)
+    estimator: str = "regressor"
+
+
+@dataclass(frozen=True)
+class WrongKind:
+    """A model, loss or optimizer argument of the wrong kind (see
+    :meth:`BadInputConformance.wrong_kind_arguments`).
+
+    Attributes:
+        make: ``make(backend)`` builds the Estimator given the wrong argument.
+        names: a regular expression the message must match: the argument and the type it got.
+        where: ``"driver"`` (the constructor refuses it) or ``"worker"`` (a creator's result: the
+            worker that calls it refuses it when ``fit`` starts; an :class:`OrcaWorkerError` whose
+            worker raised a ``TypeError``).
+    """
+
+    make: Callable[[str], Any]
+    names: str
+    where: str = "driver"
 
 
 def _with_nan(a: np.ndarray, value: float = np.nan) -> np.ndarray:
     out = a.copy()
     out.flat[5] = value
     return out
+
+
+def _class_labels(y: np.ndarray, bad: int | None = None) -> np.ndarray:
+    """Class indices 0..2 (the terciles of ``y``), with row 40 set to ``bad`` when given."""
+    labels = np.digitize(y, np.quantile(y, [1 / 3, 2 / 3])).astype(np.int64)
+    if bad is not None:
+        labels[40] = bad
+    return labels
 
 
 def _xshards(shards: list[Any]) -> Any:
@@ -340,6 +370,10 @@ BAD_INPUTS: list[BadInput] = [
              lambda est, i: _fit(est, _creator_raising), RuntimeError,
              (r"no data here", r"_creator_raising"), r"Worker traceback", where="either",
              needs=FIT + ("supports_data_creator",)),
+    BadInput("label_out_of_range", "a class label beyond the model's classes (label 5 for 3 outputs)",
+             lambda est, i: _fit(est, (i.x, _class_labels(i.y, bad=5))), ValueError,
+             (r"label 5\b", r"3 outputs"), r"Re-index the labels to 0\.\.2", where="worker",
+             needs=FIT + ("supports_class_labels",), estimator="classifier"),
     BadInput("ragged_array_column", "arrays of different lengths in a DataFrame's feature column",
              lambda est, i: _fit_df(est, i.frames["ragged"], feature_cols=["r"]), ValueError,
              (r"column 'r'", r"different lengths"), r"same shape", where="worker", needs=FIT),
@@ -384,6 +418,13 @@ can see the mistake, names the rank), within seconds, and that no Ray actor, run
 or listening port is left behind. This page is generated from the suite
 (`orca.core.testing.bad_inputs.markdown_table`); a test fails when the two differ.
 
+Beside the table, each framework lists the model, loss and optimizer arguments it takes, each
+given a value of the wrong kind (`WrongKind`): the constructor refuses it with a `TypeError`
+naming the argument and the type it got, or, for what a creator returns, the worker that calls
+the creator does when `fit` starts (torch: model, loss, optimizer and their creators; Keras:
+`model_creator`, `keras_model` and the creator's result; mxnet: `model_creator`, `loss_creator`
+and their results; OpenVINO: `model_path`).
+
 """
 
 
@@ -410,11 +451,27 @@ class BadInputConformance:
     #: ``EstimatorConformance.launcher_backends`` (``ORCA_FULL_MATRIX=1``: all)
     launcher_backends: tuple[str, ...] | None = None
 
+    #: a classifier over class indices (``make_classifier``) for the label-range case
+    supports_class_labels: bool = False
+
     def make_estimator(self, backend: str) -> Any:
         """A fresh Estimator for the 4-input linear task (the conformance class provides it)."""
         raise NotImplementedError
 
-    _bad_estimators: dict[tuple[str, str], Any] = {}
+    #: the Estimator takes a model (and maybe a loss and an optimizer): ``wrong_kind_arguments``
+    has_model_arguments: bool = False
+
+    def wrong_kind_arguments(self) -> dict[str, WrongKind]:
+        """Each model/loss/optimizer argument (or creator result) of the wrong kind, by a short id
+        (needed where ``has_model_arguments``)."""
+        return {}
+
+    def make_classifier(self, backend: str) -> Any:
+        """A fresh Estimator of a 4-input, 3-class model trained with the framework's cross-entropy
+        over class indices (needed where ``supports_class_labels``)."""
+        raise NotImplementedError
+
+    _bad_estimators: dict[tuple[str, str, str], Any] = {}
 
     @pytest.fixture(scope="class")
     @classmethod
@@ -447,25 +504,26 @@ class BadInputConformance:
             est.shutdown()
         cls._bad_estimators = {}
 
-    def _bad_estimator(self, backend: str, where: str, inputs: Inputs) -> Any:
+    def _bad_estimator(self, backend: str, where: str, inputs: Inputs, kind: str = "regressor") -> Any:
         """The Estimator the cases of ``backend`` share: one for the driver-side cases, one for the others,
         whose workers are started first (a predict on good data), as a user's call after a good one
         finds them: the case then runs on live workers, which must survive it (a *cold* start that
         fails stops its workers: orca-torch's test_errors.py checks that), instead of paying a start per
         case."""
-        key = (backend, "driver" if where == "driver" else "workers")  # workers never start for the first
+        key = (backend, "driver" if where == "driver" else "workers", kind)  # workers never start for the first
         cache = type(self)._bad_estimators
         for other, est in cache.items():  # one worker group at a time on a small machine
             if other != key:
                 est.shutdown()
         if key not in cache:
-            est = getattr(self, "fresh", self.make_estimator)(backend)
-            est.num_workers  # noqa: B018 - starts Ray where the backend needs it, before the footprint
-            if est.launcher == "ray":  # the context's holder of Spark-put data lives as long as the context
-                from orca.core.data._ray import holder_names
-
-                holder_names()
-            cache[key] = est
+            if kind == "classifier":
+                for live in [getattr(type(self), "_shared", None)]:  # the conformance suite's trained one
+                    if live is not None:
+                        live.shutdown()
+                est = self.make_classifier(backend)
+            else:
+                est = getattr(self, "fresh", self.make_estimator)(backend)
+            cache[key] = _engine_up(est)
         est = cache[key]
         if where != "driver":
             est.predict(inputs.x[:8], batch_size=4)  # (re)starts the workers where they live across calls
@@ -479,7 +537,7 @@ class BadInputConformance:
                 pytest.skip(f"{flag} is False for this Estimator")
         if case.where != "driver":
             skip_unless_runs_on(backend, self.launcher_backends)
-        est = self._bad_estimator(backend, case.where, bad_inputs)
+        est = self._bad_estimator(backend, case.where, bad_inputs, case.estimator)
         state_before = est.get_state()
         before = footprint()
         t0 = time.monotonic()
@@ -507,6 +565,54 @@ class BadInputConformance:
         left = leftovers(before)
         assert not left, f"{case.name}: left behind {left}"
         _same_state(state_before, est.get_state(), case.name)
+
+
+    @pytest.mark.timeout(300)
+    def test_a_model_loss_or_optimizer_of_the_wrong_kind_is_refused_clearly(self, backend: str,
+                                                                            bad_inputs: Inputs) -> None:
+        """Every entry of :meth:`wrong_kind_arguments`: a ``TypeError`` naming the argument and what it
+        got, from the constructor on the driver (within ``driver_case_s``, no worker started) or, for a
+        creator's result, from the worker that calls it when ``fit`` starts; nothing left behind."""
+        if not self.has_model_arguments:
+            pytest.skip("has_model_arguments is False for this Estimator")
+        cases = self.wrong_kind_arguments()
+        assert cases, "has_model_arguments: wrong_kind_arguments() must give at least the model's case"
+        if not runs_on(backend, self.launcher_backends):  # the worker-side ones start workers: CI tier
+            cases = {k: c for k, c in cases.items() if c.where == "driver"}
+        for live in [getattr(type(self), "_shared", None), *type(self)._bad_estimators.values()]:
+            if live is not None:
+                live.shutdown()  # one worker group at a time; they restart from the driver's state
+        for key, case in cases.items():
+            # a worker-side case builds its Estimator (no creator runs on the driver) and its engine first
+            est = _engine_up(case.make(backend)) if case.where == "worker" else None
+            before = footprint()
+            t0 = time.monotonic()
+            with pytest.raises((TypeError, OrcaWorkerError)) as info:
+                est = est or case.make(backend)
+                try:
+                    _fit(est, bad_inputs.xy)
+                finally:
+                    est.shutdown()
+            took, exc, msg = time.monotonic() - t0, info.value, str(info.value)
+            if case.where == "driver":
+                assert not isinstance(exc, OrcaWorkerError), f"{key}: not refused by the constructor: {msg}"
+                assert took < self.driver_case_s, f"{key}: took {took:.1f}s"
+            else:
+                assert isinstance(exc, OrcaWorkerError) and "TypeError: " in msg, f"{key}: {exc!r}"
+            assert re.search(case.names, msg), f"{key}: the message does not name {case.names!r}: {msg}"
+            left = leftovers(before)
+            assert not left, f"{key}: left behind {left}"
+
+
+def _engine_up(est: Any) -> Any:
+    """Start what lives as long as the context (Ray, where ``est``'s backend needs it, and the
+    context's holder of Spark-put data) before a footprint is taken; returns ``est``."""
+    est.num_workers  # noqa: B018 - starts Ray where the backend needs it
+    if est.launcher == "ray":
+        from orca.core.data._ray import holder_names
+
+        holder_names()
+    return est
 
 
 def _same_state(a: Any, b: Any, name: str) -> None:
