@@ -70,7 +70,12 @@ class Estimator:
 
     Create it with :meth:`from_bigdl`; then ``fit``, ``evaluate``, ``predict``, ``save``,
     ``load``, ``get_model``.
+
+    Attributes:
+        launcher: ``"spark"``: BigDL trains in Spark's executors (its JVM engine, not Orca's workers).
     """
+
+    launcher = "spark"
 
     def __init__(self, *, model: Any, loss: Any, optimizer: Any, metrics: list[Any],
                  feature_preprocessing: Any, label_preprocessing: Any, model_dir: str | None) -> None:
@@ -141,7 +146,9 @@ class Estimator:
                               arg=arg, allow_creator=False)
         spark = OrcaContext.get_spark_session()
         if isinstance(src, DataFrameSource):
-            return _assemble(src.obj, list(src.feature_cols or []), list(src.label_cols or []) if need_labels else [])
+            fcols, lcols = list(src.feature_cols or []), list(src.label_cols or []) if need_labels else []
+            _check_columns(src.obj, fcols, lcols, arg, finite=need_labels)
+            return _assemble(src.obj, fcols, lcols)
         if isinstance(src, ArraySource):
             return _arrays_to_df(spark, src, need_labels)
         if isinstance(src, ShardsSource):
@@ -157,8 +164,9 @@ class Estimator:
         cores = int(sc.defaultParallelism)
         if batch_size % cores:
             fix = (batch_size // cores + 1) * cores
-            raise ValueError(f"batch_size={batch_size} must be a multiple of the {cores} cores BigDL trains on "
-                             f"(nodes x cores per node); use {fix}.")
+            raise ValueError(f"batch_size={batch_size} must be a multiple of the {cores} workers BigDL trains on "
+                             f"(one per core: nodes x cores per node); use batch_size >= number of workers and a "
+                             f"multiple of it: {fix}.")
 
     # ------------------------------------------------------------ fit
     def fit(
@@ -213,7 +221,7 @@ class Estimator:
         self._check_batch_size(batch_size, sc)
         rows = df.count()
         if rows == 0:
-            raise ValueError("data: the DataFrame is empty; fit needs at least one row.")
+            raise ValueError("data: the data has no rows; fit needs at least one (df.count() > 0).")
         logs = tempfile.mkdtemp(prefix="orca-bigdl-")
         try:
             with quiet():
@@ -299,6 +307,8 @@ class Estimator:
         src = get_data_source(data, feature_cols=feature_cols, need_labels=False, arg="data", allow_creator=False)
         ensure_engine()
         check_positive_int("batch_size", batch_size)
+        if isinstance(src, DataFrameSource):
+            _check_columns(src.obj, list(src.feature_cols or []), [], "data", finite=False)
         with quiet():
             nn_model = NNModel(self.model, self.feature_preprocessing).setBatchSize(batch_size)
             nn_model.setFeaturesCol(FEATURES).setPredictionCol("prediction")
@@ -323,6 +333,19 @@ class Estimator:
             return result.transform_shard(_pandas_to_dict) if dicts else result
         raise TypeError(f"data: {src.what} is not supported by predict; pass a Spark DataFrame, an XShards "
                         "or a numpy array.")
+
+    @property
+    def num_workers(self) -> int:
+        """The cores BigDL trains on (nodes x cores per node; the global batch is split over them).
+        Starts BigDL's engine on Orca's Spark session if it is not running yet."""
+        return int(ensure_engine().defaultParallelism)
+
+    def get_state(self) -> dict[str, Any]:
+        """The model's weights (numpy copies, in BigDL's order) and the epochs trained so far."""
+        ensure_engine()
+        with quiet():
+            weights = self.model.get_weights() or []
+        return {"weights": [np.array(w) for w in weights], "epoch": self._epoch}
 
     # ------------------------------------------------------------ model I/O
     def get_model(self) -> Any:
@@ -392,6 +415,51 @@ def _validation_methods(metrics: Any) -> list[Any]:
         else:
             raise TypeError(f"metrics: {type(m).__name__} is not a metric name or a BigDL validation method.")
     return out
+
+
+def _check_columns(df: Any, fcols: list[str], lcols: list[str], arg: str, finite: bool) -> None:
+    """What Orca's workers check in every batch, checked here in one Spark job over ``df`` (BigDL's
+    JVM would fail on it with a Scala error naming no column, or train on NaN): no nulls, arrays of
+    one length per column, and (``finite``: training and evaluation) no NaN/Inf.
+
+    Raises:
+        ValueError: naming the column, what is wrong, and the fix (the messages of orca-core's checks).
+    """
+    from pyspark.sql import functions as F
+    from pyspark.sql.types import ArrayType, DoubleType, FloatType
+
+    def non_finite(c: Any) -> Any:
+        return F.isnan(c) | (F.abs(c) == float("inf"))
+
+    checks: list[tuple[str, str, str, Any]] = []  # (what, kind, column, aggregate)
+    for kind, cols in (("feature", fcols), ("label", lcols)):
+        for c in cols:
+            typ, col = df.schema[c].dataType, F.col(c)
+            checks.append(("null", kind, c, F.sum(col.isNull().cast("long"))))
+            if isinstance(typ, ArrayType):
+                checks.append(("null", kind, c, F.sum(F.exists(col, lambda v: v.isNull()).cast("long"))))
+                checks += [("min", kind, c, F.min(F.size(col))), ("max", kind, c, F.max(F.size(col)))]
+                if finite and isinstance(typ.elementType, (FloatType, DoubleType)):
+                    checks.append(("nan", kind, c, F.sum(F.exists(col, non_finite).cast("long"))))
+            elif finite and isinstance(typ, (FloatType, DoubleType)):
+                checks.append(("nan", kind, c, F.sum(non_finite(col).cast("long"))))
+    if not checks:
+        return
+    got = df.agg(*[a.alias(f"c{i}") for i, (*_, a) in enumerate(checks)]).first()
+    shortest: dict[str, Any] = {}
+    for i, (what, kind, c, _) in enumerate(checks):
+        n = got[f"c{i}"] or 0
+        if what == "null" and n:
+            raise ValueError(f"{arg}: column {c!r} has {n} null value(s) (or rows with null elements); drop or fill "
+                             f"them first (df.na.drop(subset=[{c!r}]) or df.na.fill(...)).")
+        if what == "min":
+            shortest[c] = got[f"c{i}"]
+        if what == "max" and shortest.get(c) is not None and n != shortest[c]:
+            raise ValueError(f"{arg}: column {c!r} holds arrays of different lengths ({shortest[c]}..{n}); "
+                             "every row must have the same shape.")
+        if what == "nan" and n:
+            raise ValueError(f"{arg}: {kind} column {c!r} holds NaN/Inf value(s) in {n} row(s); a model cannot train "
+                             "or be scored on them. Drop or fill them first (df.na.drop / df.na.fill).")
 
 
 def _assemble(df: Any, fcols: list[str], lcols: list[str], keep: bool = False) -> Any:

@@ -209,7 +209,8 @@ def get_data_source(
         return ArraySource(parts, num_rows=rows)
     if callable(data):
         if not allow_creator:
-            raise TypeError(f"{arg}: a data-creator function is not accepted here; pass data itself.")
+            raise TypeError(f"{arg}: a data-creator function is not accepted here: this call takes data (a Spark "
+                            "DataFrame, an XShards or arrays); pass the data itself.")
         return CreatorSource(data)
     raise TypeError(
         f"{arg} of type {type(data).__name__} is not supported; pass a Spark DataFrame (with feature_cols/"

@@ -307,7 +307,7 @@ BAD_INPUTS: list[BadInput] = [
              r"dicts \{'x': \.\.\., 'y': \.\.\.\} or pandas DataFrames", needs=FIT),
     BadInput("mixed_validation_kind", "a DataFrame with in-memory validation_data",
              lambda est, i: _fit_df(est, i.df, validation_data=(i.x, i.y)), ValueError,
-             (r"validation_data is in-memory arrays",), r"convert one", needs=FIT),
+             (r"validation_data is in-memory arrays",), r"convert one", needs=FIT + ("refuses_mixed_validation_kinds",)),
     BadInput("data_creator_to_predict", "a data-creator function to predict",
              lambda est, i: est.predict(lambda config, batch_size: None), TypeError, (r"data-creator",),
              r"takes data"),
@@ -328,41 +328,41 @@ BAD_INPUTS: list[BadInput] = [
     BadInput("batch_size_float", "batch_size=8.0", lambda est, i: est.predict(i.x, batch_size=8.0), ValueError,
              (r"batch_size", r"got 8\.0"), POSITIVE),
     BadInput("validation_freq_zero", "validation_freq=0", lambda est, i: _fit(est, i.xy, validation_freq=0),
-             ValueError, (r"validation_freq", r"got 0"), POSITIVE, needs=FIT),
+             ValueError, (r"validation_freq", r"got 0"), POSITIVE, needs=FIT + ("supports_engine_fit_options",)),
     BadInput("max_failures_negative", "max_failures=-1", lambda est, i: _fit(est, i.xy, max_failures=-1),
-             ValueError, (r"max_failures", r"got -1"), r"must be a non-negative int", needs=FIT),
+             ValueError, (r"max_failures", r"got -1"), r"must be a non-negative int", needs=FIT + ("supports_engine_fit_options",)),
     BadInput("callback_of_wrong_kind", "a callback that is not an orca Callback",
              lambda est, i: _fit(est, i.xy, callbacks=[len]), TypeError, (r"callbacks", r"built-in function len"),
-             r"subclass orca\.core\.engine\.callbacks\.Callback|neither a Keras callback nor an orca Callback", needs=FIT),
+             r"subclass orca\.core\.engine\.callbacks\.Callback|neither a Keras callback nor an orca Callback", needs=FIT + ("supports_engine_fit_options",)),
     BadInput("workers_per_node_above_cores", "more workers per node than the node has CPUs",
              lambda est, i: _with_workers(est, 64, lambda: est.predict(i.x)), ValueError,
-             (r"workers_per_node=64",), r"workers_per_node <= \d+"),
+             (r"workers_per_node=64",), r"workers_per_node <= \d+", needs=("supports_workers_per_node",)),
     # ---------------------------------------------------------------- checkpoints
     BadInput("load_missing_checkpoint", "load_checkpoint of a file that does not exist",
              lambda est, i: est.load_checkpoint(os.path.join(i.tmp, "missing.ckpt")), FileNotFoundError,
-             (r"missing\.ckpt",), r"save_checkpoint|ModelCheckpoint"),
+             (r"missing\.ckpt",), r"save_checkpoint|ModelCheckpoint", needs=("supports_checkpoints",)),
     BadInput("load_truncated_checkpoint", "load_checkpoint of a truncated file",
              lambda est, i: est.load_checkpoint(_truncated_checkpoint(est, i)), ValueError,
-             (r"truncated\.ckpt", r"damaged"), r"save_checkpoint|ModelCheckpoint"),
+             (r"truncated\.ckpt", r"damaged"), r"save_checkpoint|ModelCheckpoint", needs=("supports_checkpoints",)),
     BadInput("load_foreign_file", "load_checkpoint of a file that is not a checkpoint",
              lambda est, i: est.load_checkpoint(_write(os.path.join(i.tmp, "notes.txt"), b"hello, world\n")),
-             ValueError, (r"notes\.txt", r"not an Orca checkpoint"), r"save_checkpoint|ModelCheckpoint"),
+             ValueError, (r"notes\.txt", r"not an Orca checkpoint"), r"save_checkpoint|ModelCheckpoint", needs=("supports_checkpoints",)),
     BadInput("save_to_unwritable_path", "save_checkpoint under a path that is a file",
              lambda est, i: est.save_checkpoint(os.path.join(_write(os.path.join(i.tmp, "f"), b""), "m.ckpt")),
-             OSError, (r"f/m\.ckpt",), r"writable directory"),
+             OSError, (r"f/m\.ckpt",), r"writable directory", needs=("supports_checkpoints",)),
     # ---------------------------------------------------------------- only a worker sees these
     BadInput("empty_dataframe", "fit an empty DataFrame (df.limit(0))",
              lambda est, i: _fit_df(est, i.df.limit(0)), ValueError, (r"no rows",), r"df\.count\(\) > 0",
              where="either", needs=FIT),
     BadInput("zero_row_partitions_only", "fit an XShards whose shards all have 0 rows",
              lambda est, i: _fit(est, _xshards([{"x": i.x[:0], "y": i.y[:0]}] * 2)), ValueError, (r"no rows",),
-             r"df\.count\(\) > 0", where="worker", needs=FIT),
+             r"df\.count\(\) > 0", where="either", needs=FIT),
     BadInput("null_in_feature_column", "a null in a DataFrame's feature column",
              lambda est, i: _fit_df(est, i.frames["nulls"], feature_cols=["n"]), ValueError,
-             (r"column 'n'", r"null"), r"df\.na\.drop", where="worker", needs=FIT),
+             (r"column 'n'", r"null"), r"df\.na\.drop", where="either", needs=FIT),
     BadInput("nan_in_feature_column", "NaN in a DataFrame's feature column",
              lambda est, i: _fit_df(est, i.frames["nan"], feature_cols=["n"]), ValueError,
-             (r"feature column 'n'", r"NaN/Inf"), FINITE_FIX, where="worker", needs=FIT),
+             (r"feature column 'n'", r"NaN/Inf"), FINITE_FIX, where="either", needs=FIT),
     BadInput("data_creator_wrong_type", "a data creator that returns a string, not a loader",
              lambda est, i: _fit(est, _creator_returning("not a loader")), TypeError,
              (r"data creator returned str",), r"return (a|an) ", where="either", needs=FIT + ("supports_data_creator",)),
@@ -376,7 +376,7 @@ BAD_INPUTS: list[BadInput] = [
              needs=FIT + ("supports_class_labels",), estimator="classifier"),
     BadInput("ragged_array_column", "arrays of different lengths in a DataFrame's feature column",
              lambda est, i: _fit_df(est, i.frames["ragged"], feature_cols=["r"]), ValueError,
-             (r"column 'r'", r"different lengths"), r"same shape", where="worker", needs=FIT),
+             (r"column 'r'", r"different lengths"), r"same shape", where="either", needs=FIT),
 ]
 
 
@@ -411,7 +411,11 @@ def _cell(pattern: str) -> str:
 DOC_HEADER = """# Bad input: what each mistake gives
 
 Every framework package runs this matrix against its own Estimator
-(`orca.core.testing.bad_inputs.BadInputConformance`, mixed into its conformance test class).
+(`orca.core.testing.bad_inputs.BadInputConformance`, mixed into its conformance test class):
+torch, Keras, mxnet, OpenVINO (the training cases do not apply) and BigDL, whose JVM engine
+checks a DataFrame's columns in one Spark job on the driver (the cases about Orca's own workers
+do not apply to it: `workers_per_node`, callbacks, `validation_freq`, `max_failures`, Orca's
+checkpoint files; and it accepts in-memory validation data with a DataFrame).
 Each case asserts the exception type, that the message names the argument (or value) and the
 fix below, that it is raised on the driver before any worker starts (or, where only a worker
 can see the mistake, names the rank), within seconds, and that no Ray actor, running Spark job
@@ -453,6 +457,14 @@ class BadInputConformance:
 
     #: a classifier over class indices (``make_classifier``) for the label-range case
     supports_class_labels: bool = False
+    #: fit takes Orca's engine options: ``callbacks``, ``validation_freq``, ``max_failures``
+    supports_engine_fit_options: bool = True
+    #: the Estimator takes ``workers_per_node`` (Orca's workers; not an engine of its own)
+    supports_workers_per_node: bool = True
+    #: ``save_checkpoint`` / ``load_checkpoint`` (Orca's checkpoint files)
+    supports_checkpoints: bool = True
+    #: a DataFrame with in-memory validation data is refused (Orca's workers read one kind per call)
+    refuses_mixed_validation_kinds: bool = True
 
     def make_estimator(self, backend: str) -> Any:
         """A fresh Estimator for the 4-input linear task (the conformance class provides it)."""
