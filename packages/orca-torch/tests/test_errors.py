@@ -170,3 +170,42 @@ def test_ray_workers_start_while_the_data_moves_and_a_data_failure_ends_them(orc
         est.fit(broken, batch_size=8, feature_cols=["x"], label_cols=["y"])
     assert not est._group.started
     no_work_left("ray", orca_context)
+
+
+LIFECYCLE = r'''
+import json, numpy as np, torch
+from torch import nn
+from orca.core import OrcaContext, init_orca_context, stop_orca_context
+from orca.torch import Estimator
+
+init_orca_context(cores=2)
+rng = np.random.default_rng(0)
+x = rng.normal(size=(32, 4)).astype(np.float32)
+y = (x @ np.array([1.0, -2.0, 0.5, 3.0], np.float32)).astype(np.float32)
+torch.manual_seed(0)
+est = Estimator.from_torch(model=nn.Linear(4, 1), loss=nn.MSELoss(), backend="ray", workers_per_node=2,
+                           optimizer=lambda model, config: torch.optim.SGD(model.parameters(), lr=0.1))
+est.fit({"x": x, "y": y}, epochs=3, batch_size=8)
+trained = est.predict(x)
+first = OrcaContext.active().context_id
+stop_orca_context()
+stop_orca_context()  # a second stop: nothing to do
+stopped = OrcaContext.active() is None
+again = est.predict(x)  # no context: a local one starts, the workers restart from the driver's weights
+second = OrcaContext.active().context_id
+hist = est.fit({"x": x, "y": y}, epochs=1, batch_size=8)  # and training goes on from the 3 epochs
+stop_orca_context()
+print(json.dumps({"stopped": stopped, "new_context": first != second, "same": bool(np.array_equal(trained, again)),
+                  "epoch": hist[-1]["epoch"]}))
+'''
+
+
+@pytest.mark.timeout(300)
+def test_stop_orca_context_twice_and_an_estimator_used_after_its_context_stopped():
+    """Stopping the context twice is harmless; an Estimator used after its context stopped keeps
+    what it trained: the next call starts a fresh local context and workers there, predicts
+    exactly as before, and fit continues at the next epoch."""
+    from orca.core.testing.clusters import run_python
+
+    out = run_python(LIFECYCLE, timeout_s=280)
+    assert out == {"stopped": True, "new_context": True, "same": True, "epoch": 4}, out

@@ -429,6 +429,14 @@ the creator does when `fit` starts (torch: model, loss, optimizer and their crea
 `model_creator`, `keras_model` and the creator's result; mxnet: `model_creator`, `loss_creator`
 and their results; OpenVINO: `model_path`).
 
+Misused lifecycles are harmless: a call after `shutdown` (or two `shutdown`s) starts the workers
+again from the state the driver holds and predicts exactly as before; `stop_orca_context()` twice
+does nothing the second time; and an Estimator used after its context stopped starts a fresh
+local context, predicts as before and trains on from its last epoch (orca-torch's
+`test_stop_orca_context_twice_and_an_estimator_used_after_its_context_stopped`). A model that
+was never given (`from_torch(model=None)`, to `load()` one later) raises `NotFittedError` on
+`predict`.
+
 """
 
 
@@ -614,6 +622,18 @@ class BadInputConformance:
             assert re.search(case.names, msg), f"{key}: the message does not name {case.names!r}: {msg}"
             left = leftovers(before)
             assert not left, f"{key}: left behind {left}"
+
+
+    @pytest.mark.timeout(300)
+    def test_a_call_after_shutdown_restarts_from_the_driver_state(self, backend: str, bad_inputs: Inputs) -> None:
+        """``shutdown`` is not the end of an Estimator: the next call starts workers again from the
+        state the driver holds, and predicts exactly as before; a second ``shutdown`` is a no-op."""
+        skip_unless_runs_on(backend, self.launcher_backends)
+        est = self._bad_estimator(backend, "workers", bad_inputs)  # its workers are up
+        before = np.asarray(est.predict(bad_inputs.x[:16], batch_size=8))
+        est.shutdown()
+        est.shutdown()
+        np.testing.assert_array_equal(np.asarray(est.predict(bad_inputs.x[:16], batch_size=8)), before)
 
 
 def _engine_up(est: Any) -> Any:
