@@ -9,7 +9,9 @@ The local packages are always installed *together* in one pip call, so that a pa
     nox -l            list the sessions
     nox -t test       the whole test suite (what .ci/run and the README run)
     nox -s demo       the main job: train and predict with the torch Estimator
-    nox -s torch -- -k fit -x     extra arguments after ``--`` go to pytest
+    nox -s "torch(torch2.13)" -- -k fit -x     one row of a framework's matrix (MATRIX); extra
+                                              arguments after ``--`` go to pytest
+    nox -t matrix     the older rows of every framework's matrix
 """
 
 from __future__ import annotations

@@ -152,3 +152,32 @@ def test_mismatched_buffers_get_a_clear_error():
         t.join(30)
     assert set(errors) == {0, 1}
     assert any("same size and dtype" in str(e) for e in errors.values()), errors
+
+
+@pytest.mark.timeout(60)
+def test_a_peer_that_never_arrives_fails_the_rendezvous_within_its_timeout_naming_it():
+    """Rank 0 of a group of 3 waits for ranks 1 and 2; only rank 1 comes. Rank 0 fails once the
+    sync timeout passes (not before, not long after), naming rank 2 as the one that never joined."""
+    import threading
+    import time
+
+    from orca.core.sync import SyncGroup, SyncTimeoutError, job_token
+
+    port, token, timeout_s, errors = find_free_port(), job_token(), 3.0, {}
+
+    def rank(r):
+        try:
+            SyncGroup.connect(r, 3, "127.0.0.1", port, token=token, timeout_s=timeout_s).close()
+        except Exception as exc:  # noqa: BLE001 - recorded and checked below
+            errors[r] = (exc, time.monotonic() - t0)
+
+    t0 = time.monotonic()
+    threads = [threading.Thread(target=rank, args=(r,), daemon=True) for r in (0, 1)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(30)
+    exc, after_s = errors[0]
+    assert isinstance(exc, SyncTimeoutError), repr(exc)
+    assert "ranks [2] did not join the sync group" in str(exc), str(exc)
+    assert timeout_s <= after_s < timeout_s + 5, after_s
