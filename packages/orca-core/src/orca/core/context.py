@@ -568,7 +568,7 @@ def init_orca_context(
             ``container_image``); checked before anything starts.
         TypeError: an unknown keyword argument.
 
-    Example:
+    Examples:
         >>> ctx = init_orca_context(cores=2)          # doctest: +SKIP
         >>> spark = OrcaContext.get_spark_session()    # doctest: +SKIP
         >>> stop_orca_context()                        # doctest: +SKIP

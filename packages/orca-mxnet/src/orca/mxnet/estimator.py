@@ -29,7 +29,7 @@ def create_config(
     Returns:
         A dict handed to every creator.
 
-    Example:
+    Examples:
         >>> create_config(optimizer="adam", optimizer_params={"learning_rate": 0.02})["optimizer"]
         'adam'
     """
@@ -103,7 +103,7 @@ class Estimator(BaseEstimator):
             TypeError: a creator that is not callable.
             ValueError: an unknown backend or a bad worker count.
 
-        Example:
+        Examples:
             >>> def get_model(config):
             ...     net = gluon.nn.HybridSequential()
             ...     net.add(gluon.nn.Dense(10))

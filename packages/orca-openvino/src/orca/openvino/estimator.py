@@ -72,7 +72,7 @@ class Estimator(BaseEstimator):
             ValueError: OpenVINO cannot read the file, or an unknown backend.
             TypeError: ``model_path`` is neither a path nor an ``ov.Model``.
 
-        Example:
+        Examples:
             >>> est = Estimator.from_openvino(model_path="model.xml")  # doctest: +SKIP
             >>> est.predict(np.zeros((10, 3, 224, 224), np.float32), batch_size=8)  # doctest: +SKIP
         """

@@ -128,7 +128,7 @@ class Estimator(BaseEstimator):
             ValueError: both or neither of ``model_creator`` and ``keras_model``; ``keras_model``
                 is not compiled or cannot be serialized.
 
-        Example:
+        Examples:
             >>> def model_creator(config):
             ...     model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(1)])
             ...     model.compile(optimizer="sgd", loss="mse")
@@ -215,7 +215,7 @@ class Estimator(BaseEstimator):
             ValueError: endpoints from different graphs, a non-scalar loss or metric, an
                 optimizer without a loss, bad clipping values, an unknown backend.
 
-        Example:
+        Examples:
             >>> x = tf.compat.v1.placeholder(tf.float32, (None, 4))  # doctest: +SKIP
             >>> y = tf.compat.v1.placeholder(tf.float32, (None,))  # doctest: +SKIP
             >>> w = tf.compat.v1.get_variable("w", (4, 1))  # doctest: +SKIP

@@ -92,7 +92,7 @@ class Estimator(BaseEstimator):
             ValueError: an unknown backend, or an optimizer instance not built on ``model``.
             TypeError: a ``model``, ``optimizer`` or ``loss`` of an unsupported type.
 
-        Example:
+        Examples:
             >>> est = Estimator.from_torch(model=nn.Linear(4, 1), optimizer=lambda m, c: torch.optim.SGD(
             ...     m.parameters(), lr=0.1), loss=nn.MSELoss(), backend="spark")  # doctest: +SKIP
             >>> est.fit(df, epochs=2, batch_size=64, feature_cols=["x"], label_cols=["y"])  # doctest: +SKIP

@@ -72,7 +72,7 @@ def read_csv(
     Raises:
         FileNotFoundError: ``path`` matches no file (the path is named).
 
-    Example:
+    Examples:
         >>> shards = read_csv("data/*.csv", usecols=["a", "b"], dtype={"a": "float32"})  # doctest: +SKIP
     """
     return _read("read_csv", path, num_shards, backend, kwargs)

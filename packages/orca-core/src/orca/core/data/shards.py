@@ -57,7 +57,7 @@ def default_num_shards(backend: str) -> int:
 class XShards(abc.ABC):
     """A distributed collection of shards with the same operations on every backend.
 
-    Example:
+    Examples:
         >>> shards = XShards.partition({"x": np.ones((10, 3)), "y": np.zeros(10)}, num_shards=2)  # doctest: +SKIP
         >>> shards.transform_shard(lambda d: {**d, "x": d["x"] * 2}).collect()[0]["x"].shape  # doctest: +SKIP
         (5, 3)

@@ -11,7 +11,7 @@ class History(list):
     It is a list of dicts (``for stats in history: ...``, ``history[-1]["val_loss"]``), and
     ``history.history`` is the same data as a dict of per-epoch lists, as Keras gives it.
 
-    Example:
+    Examples:
         >>> h = History([{"epoch": 1, "loss": 0.5}, {"epoch": 2, "loss": 0.25}])
         >>> h.history["loss"]
         [0.5, 0.25]

@@ -77,7 +77,7 @@ def shard_bounds(n: int, world: int) -> list[int]:
 
     Shards differ in size by at most one element (the first ``n % world`` are longer).
 
-    Example:
+    Examples:
         >>> shard_bounds(10, 3)
         [0, 4, 7, 10]
     """
@@ -119,7 +119,7 @@ class SyncGroup(Collective):
         world_size: the number of workers.
         timeout_s: the bound on every receive and send.
 
-    Example:
+    Examples:
         >>> group = SyncGroup.connect(rank, world, "127.0.0.1", port, token=token)  # doctest: +SKIP
         >>> grads = np.ones(1000, np.float32)                            # doctest: +SKIP
         >>> group.allreduce(grads, op="mean")  # in place; identical on every rank  # doctest: +SKIP

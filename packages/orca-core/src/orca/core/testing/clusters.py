@@ -156,7 +156,7 @@ def spark_standalone_cluster(
         RuntimeError: a process died or the worker did not register within ``timeout_s``
             (the message carries the end of both logs).
 
-    Example:
+    Examples:
         >>> with spark_standalone_cluster(cores=2) as cluster:   # doctest: +SKIP
         ...     init_orca_context(cluster_mode="standalone", master=cluster.master_url)
     """
