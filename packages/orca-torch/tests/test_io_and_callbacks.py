@@ -185,3 +185,27 @@ def test_one_driver_side_progress_bar_is_fed_by_rank_zero(orca_context, reg, bac
     assert begins == [{"event": "begin", "total_steps": 8}]  # one reporter: 64 rows / 16 x 2 epochs
     assert sum(e.get("n", 0) for e in events if e["event"] == "step") == 8
     assert [e["epoch"] for e in events if e["event"] == "epoch"] == [1, 2]
+
+
+def test_an_mlflow_run_holds_the_model_with_the_pytorch_flavour(orca_context, reg, tmp_path):
+    """set_mlflow against a real sqlite tracking store: the run's ``model`` artifact is an MLflow
+    Model that ``mlflow.pytorch.load_model`` opens, predicting as the Estimator does, with Orca's
+    checkpoint beside it."""
+    import mlflow
+
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    client = mlflow.tracking.MlflowClient(uri)
+    client.create_experiment("orca", artifact_location=str(tmp_path / "artifacts"))
+    torch.manual_seed(0)
+    est = Estimator.from_torch(model=LinearNet(), optimizer=sgd(0.1), loss=nn.MSELoss(), backend="spark",
+                               workers_per_node=2)
+    logger = est.set_mlflow(tracking_uri=uri, experiment_name="orca")
+    est.fit(reg, epochs=2, batch_size=16)
+    (run_id,) = logger.run_ids
+    files = {f.path for f in client.list_artifacts(run_id, "model")}
+    assert {"model/MLmodel", "model/orca.ckpt"} <= files, files
+    local = client.download_artifacts(run_id, "model", str(tmp_path / "dl"))
+    loaded = mlflow.pytorch.load_model(local)
+    with torch.no_grad():
+        got = loaded(torch.from_numpy(reg["x"])).numpy()
+    np.testing.assert_allclose(got, est.predict(reg["x"]), rtol=1e-6, atol=1e-6)

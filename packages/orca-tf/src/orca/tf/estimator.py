@@ -364,6 +364,31 @@ class Estimator(BaseEstimator):
         assert isinstance(runner, KerasRunner)
         return runner.model
 
+    def save_mlflow_model(self, path: str) -> bool:
+        """The trained model as an MLflow Model at ``path``: the ``mlflow.keras`` flavour for a Keras 3
+        model, ``mlflow.tensorflow`` for a tf_keras one (each flavour's ``load_model`` reads it back).
+        Needs ``mlflow``.
+
+        Returns:
+            True.
+        """
+        import importlib.metadata as md
+
+        from orca.tf import _keras
+
+        model = self.get_model()
+        tf_dist = next((d for d in ("tensorflow-cpu", "tensorflow") if _installed(md, d)), "tensorflow")
+        requirements = [f"{tf_dist}=={md.version(tf_dist)}"]
+        if _keras.is_legacy(model):
+            import mlflow.tensorflow
+
+            mlflow.tensorflow.save_model(model, path, pip_requirements=[*requirements, f"tf_keras=={md.version('tf_keras')}"])
+        else:
+            import mlflow.keras
+
+            mlflow.keras.save_model(model, path, pip_requirements=[*requirements, f"keras=={md.version('keras')}"])
+        return True
+
     def save(self, filepath: str, overwrite: bool = True, include_optimizer: bool = True,
              save_format: str | None = None) -> str:
         """Save the model so plain Keras opens it.
@@ -469,6 +494,14 @@ def _creator_of(keras_model: Any, optimizer: Any = None, metrics: Any = None) ->
         raise ValueError("keras_model is not compiled: call keras_model.compile(optimizer=..., loss=..., "
                          "metrics=...) first.")
     return functools.partial(_keras.model_from_spec, _keras.model_to_spec(keras_model, optimizer, metrics))
+
+
+def _installed(md: Any, dist: str) -> bool:
+    try:
+        md.version(dist)
+    except md.PackageNotFoundError:
+        return False
+    return True
 
 
 def _format_of(filepath: str) -> str:

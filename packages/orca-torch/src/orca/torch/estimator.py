@@ -6,6 +6,8 @@ import logging
 from collections.abc import Sequence
 from typing import Any
 
+import numpy as np
+
 import torch
 from orca.core.plugin import (
     Backend,
@@ -19,6 +21,8 @@ from orca.core.plugin import (
 from orca.torch._spec import build_model, check_loss, check_model, describe_optimizer
 from orca.torch.runner import BigDLTorchRunner, TorchRunner
 from torch import nn
+
+log = logging.getLogger("orca")
 
 
 class Estimator(BaseEstimator):
@@ -147,6 +151,27 @@ class Estimator(BaseEstimator):
         assert isinstance(runner, TorchRunner)
         runner.model.eval()
         return runner.model
+
+    def save_mlflow_model(self, path: str) -> bool:
+        """The trained module as an MLflow Model with the ``mlflow.pytorch`` flavour at ``path``, in
+        torch.export's ``pt2`` format (a traced program and its weights: nothing is unpickled on
+        load), traced on :attr:`input_example`; ``mlflow.pytorch.load_model`` reads it back.
+        Needs ``mlflow``.
+
+        Returns:
+            True; False without an input example (a data creator's rows are never on the driver).
+        """
+        if not self.input_example:
+            log.warning("no input example (the fit's data was a data creator): the MLflow run gets the "
+                        "Orca checkpoint only, not a pytorch-flavoured model")
+            return False
+        import mlflow.pytorch
+
+        example = [np.ascontiguousarray(a, np.float32) if a.dtype.kind == "f" else a for a in self.input_example]
+        mlflow.pytorch.save_model(self.get_model(), path, serialization_format="pt2",
+                                  input_example=example[0] if len(example) == 1 else tuple(example),
+                                  pip_requirements=[f"torch=={torch.__version__}"])
+        return True
 
     def save(self, path: str, entire: bool = False) -> str:
         """Save the model: a plain state dict (``torch.load(path, weights_only=True)`` opens it), or the

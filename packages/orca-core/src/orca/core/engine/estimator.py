@@ -74,6 +74,9 @@ class BaseEstimator:
         #: and ``{"event": "epoch", **the epoch's merged stats}`` (what the History gets). A
         #: listener must return quickly; its exceptions are logged and never fail the fit.
         self.fit_listeners: list[Callable[[dict[str, Any]], None]] = []
+        #: the features of the first rows of the last ``fit``'s data, kept (only while MLflow model
+        #: logging is on) as the MLflow model's input example; ``None`` otherwise
+        self.input_example: list[np.ndarray] | None = None
         self._model = ModelState()
         self._group: WorkerGroup | None = None
         self._digests: list[str] = []
@@ -224,6 +227,9 @@ class BaseEstimator:
             if not isinstance(cb, Callback):
                 raise TypeError(f"callbacks: {cb!r} is not an orca Callback; subclass "
                                 "orca.core.engine.callbacks.Callback.")
+        tracker = getattr(self, "_mlflow", None)
+        if tracker is not None and tracker.log_model:  # a flavoured MLflow model needs an input example
+            self.input_example = src.example_features()
         args = FitArgs(epochs=epochs, batch_size=batch_size, shuffle=shuffle, seed=int(self.spec.get("seed") or 0),
                        max_steps=max_steps, metrics=self.metrics, start_epoch=self._epoch,
                        callbacks=list(callbacks or []), validation_freq=validation_freq,
@@ -404,6 +410,18 @@ class BaseEstimator:
         """Replace the training state; workers load it before their next call."""
         self._model = ModelState(state, self._model.version + 1)
 
+    def save_mlflow_model(self, path: str) -> bool:
+        """Write the trained model as an MLflow Model directory at ``path`` with the framework's
+        own flavour (``mlflow.pytorch``, ``mlflow.tensorflow``), for :meth:`set_mlflow`'s model
+        artifact, with :attr:`input_example` as its input example where there is one. Framework
+        packages override it; this default writes nothing.
+
+        Returns:
+            True if a model was written; False when the framework has no MLflow flavour (the run
+            then holds ``save_checkpoint``'s file alone).
+        """
+        return False
+
     def save_checkpoint(self, path: str) -> str:
         """Write model, optimizer and epoch to ``path`` (local or fsspec URL); returns the path.
 
@@ -470,7 +488,9 @@ class BaseEstimator:
                 ``None``: MLflow's current tracking URI.
             experiment_name: the experiment (created when missing); ``None``: the default one.
             run_name: the runs' name.
-            log_model: log ``save_checkpoint``'s file as the ``model/orca.ckpt`` artifact.
+            log_model: log the trained model as the run's ``model`` artifact: an MLflow Model with
+                the framework's flavour where it has one (``mlflow.pytorch.load_model(
+                "runs:/<run_id>/model")``), and ``save_checkpoint``'s file as ``model/orca.ckpt``.
 
         Returns:
             The :class:`~orca.core.engine.tracking.MLflowLogger` (its ``run_ids`` lists the runs).

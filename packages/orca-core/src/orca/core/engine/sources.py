@@ -47,6 +47,11 @@ class DataSource:
         """Feature and (when ``need_labels``) label column names."""
         return list(self.feature_cols or []), list(self.label_cols or []) if need_labels else []
 
+    def example_features(self, rows: int = 2) -> list[np.ndarray] | None:
+        """The features of the first ``rows`` rows, as the workers read them (for an MLflow
+        model's input example); ``None`` where the driver cannot see the data (a data creator)."""
+        return None
+
     # ------------------------------------------------------------ Ray
     def ray_refs(self, need_labels: bool) -> list[tuple[Any, int]]:
         """``(object ref of a part, rows)`` for each part, in order, in Ray's object store."""
@@ -104,6 +109,11 @@ class DataFrameSource(DataSource):
             rows = self.spark_frame(need_labels).mapInArrow(put_arrow, "ref binary, rows long").collect()
         return _loaded([(r["ref"], int(r["rows"])) for r in rows])
 
+    def example_features(self, rows: int = 2) -> list[np.ndarray] | None:
+        fcols, _ = self.columns(False)
+        table = self.spark_frame(False).limit(rows).toArrow()
+        return table_to_part(table, fcols, [])["x"] if table.num_rows else None
+
     def predict_on_executors(self, runner_cls: Any, spec: dict[str, Any], state: Any, batch_size: int,
                              output_cols: Sequence[str] | None, threads: int) -> Any:
         from orca.core.engine.predict import predict_dataframe
@@ -119,6 +129,14 @@ class ShardsSource(DataSource):
 
     def _part(self, shard: Any, need_labels: bool) -> Part:
         return shard_to_part(shard, self.feature_cols, self.label_cols if need_labels else None)
+
+    def example_features(self, rows: int = 2) -> list[np.ndarray] | None:
+        fcols = self.feature_cols
+        try:
+            x = self.obj._first_map(lambda shard: [a[:rows] for a in shard_to_part(shard, fcols, None, finite=False)["x"]])
+        except IndexError:  # no shards
+            return None
+        return list(x) if x and len(x[0]) else None
 
     def with_predictions(self, outs: list[np.ndarray], output_cols: Sequence[str] | None) -> Any:
         from orca.core.data import XShards
@@ -192,6 +210,10 @@ class ArraySource(DataSource):
     """In-process arrays (numpy, ``(x, y)``, ``{"x", "y"}``), normalised into parts."""
 
     what = "in-memory arrays"
+
+    def example_features(self, rows: int = 2) -> list[np.ndarray] | None:
+        part = next((p for p in self.obj if part_rows(p)), None)
+        return [a[:rows] for a in part["x"]] if part is not None else None
 
     def ray_refs(self, need_labels: bool) -> list[tuple[Any, int]]:
         import ray

@@ -8,8 +8,10 @@ An :class:`MLflowLogger` is a ``BaseEstimator.fit_listeners`` listener working o
 - each epoch: its merged statistics (the History's, exact over all workers) as metrics at
   ``step`` = the epoch number; an epoch restarted after a lost worker (``max_failures``) logs
   in the same run, so a recovered fit is one run, never a duplicate;
-- ``fit_end``: the restart records (a ``orca.restarts`` tag, JSON), the model as an artifact
-  (``model/orca.ckpt``: ``save_checkpoint``'s data-only file, which ``load_checkpoint`` reads),
+- ``fit_end``: the restart records (a ``orca.restarts`` tag, JSON), the model as the ``model``
+  artifact: an MLflow Model with the framework's flavour where it has one (the Estimator's
+  ``save_mlflow_model``: ``mlflow.pytorch`` for torch, ``mlflow.tensorflow`` for Keras), plus
+  ``model/orca.ckpt`` (``save_checkpoint``'s data-only file, which ``load_checkpoint`` reads);
   and the run ends ``FINISHED``; a failed fit ends it ``FAILED`` with the error as a tag.
 
 It talks to MLflow through ``MlflowClient`` with the given tracking URI, so the process-wide
@@ -111,8 +113,10 @@ class MLflowLogger:
         self.client.set_tag(run_id, "orca.restarts", json.dumps(restarts))
         if self.log_model:
             with tempfile.TemporaryDirectory(prefix="orca-mlflow-") as tmp:
-                path = os.path.join(tmp, "orca.ckpt")
-                self.estimator.save_checkpoint(path)
-                self.client.log_artifact(run_id, path, artifact_path="model")
+                model_dir = os.path.join(tmp, "model")
+                if not self.estimator.save_mlflow_model(model_dir):  # the framework's MLflow flavour
+                    os.makedirs(model_dir)
+                self.estimator.save_checkpoint(os.path.join(model_dir, "orca.ckpt"))
+                self.client.log_artifacts(run_id, model_dir, artifact_path="model")
         self.client.set_terminated(run_id, "FINISHED")
         self.run_id = None
