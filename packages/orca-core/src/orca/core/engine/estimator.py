@@ -101,6 +101,12 @@ class BaseEstimator:
         """Workers in the group: nodes x ``workers_per_node``."""
         return self._size()[0]
 
+    @property
+    def epochs_trained(self) -> int:
+        """Epochs trained so far (over every ``fit``, and restored by ``load_checkpoint``): the next
+        ``fit`` starts at epoch ``epochs_trained + 1``."""
+        return self._epoch
+
     def _threads(self) -> int:
         """CPUs (and intra-op threads) per worker: a node's CPUs shared by its workers."""
         return self._size()[1]

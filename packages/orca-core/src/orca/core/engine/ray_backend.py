@@ -161,6 +161,19 @@ class _Worker:
             self.runner.shutdown()
 
 
+def trial_worker_bundles() -> tuple[Any, list[tuple[int, int]]] | None:
+    """Inside a Ray Tune trial (a task or actor scheduled in a placement group that captures its
+    children): ``(the placement group, [(bundle index, CPUs)] of its bundles with at least one
+    CPU)``, where this process's Orca workers go (see :mod:`orca.core.tune`); otherwise ``None``."""
+    from ray.util import get_current_placement_group
+
+    pg = get_current_placement_group()
+    if pg is None:
+        return None
+    bundles = [(i, int(b.get("CPU", 0))) for i, b in enumerate(pg.bundle_specs) if b.get("CPU", 0) >= 1]
+    return pg, bundles
+
+
 def _plan_nodes(workers: int, threads: int) -> list[str | None]:
     """The node of each actor: spread over the nodes with free CPUs, one after another in turn, so
     that each node's workers can read the data held there; left to Ray on a single node or when
@@ -317,6 +330,14 @@ class RayWorkerGroup(WorkerGroup):
         if not (ctx.has_ray or ctx.runtime == "ray"):
             return super().size(ctx, workers_per_node)
         runtime = ctx.ray_runtime()
+        trial = trial_worker_bundles()
+        if trial is not None:  # a Tune trial: its placement group's worker bundles are the cluster
+            bundles = trial[1]
+            if workers_per_node > len(bundles):
+                raise ValueError(f"workers_per_node={workers_per_node}, but this Ray Tune trial's placement group "
+                                 f"has {len(bundles)} worker bundle(s) with CPUs; give the trainable "
+                                 f"orca.core.tune.trial_resources(workers={workers_per_node}).")
+            return workers_per_node, max(1, min(c for _, c in bundles[:workers_per_node]))
         # the nodes with CPUs: a Ray-on-Spark head on the driver has none and runs no worker
         cpus = [c for _, c in runtime.worker_nodes] or [ctx.cores]
         check_workers_fit(workers_per_node, min(cpus))
@@ -350,6 +371,25 @@ class RayWorkerGroup(WorkerGroup):
         ctx = OrcaContext.current()
         runtime = ctx.ray_runtime_now()  # nodes lost since the last start are not counted
         ray = _ray()
+        trial = trial_worker_bundles()
+        if trial is None:
+            self._check_room(runtime)
+            self.actor_nodes = _plan_nodes(self.num_workers, self.threads)
+            options = [_on_node(node) for node in self.actor_nodes]
+        else:  # a Tune trial: each worker in a bundle of the trial's placement group
+            from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+            pg, bundles = trial
+            self.actor_nodes = [None] * self.num_workers
+            options = [{"scheduling_strategy": PlacementGroupSchedulingStrategy(pg, placement_group_bundle_index=i)}
+                       for i, _ in bundles[:self.num_workers]]
+        worker_cls = ray.remote(num_cpus=self.threads, max_concurrency=2)(_Worker)
+        self.actors = [worker_cls.options(**o).remote(self.threads) for o in options]
+        self._starting = [a.address.remote() for a in self.actors]
+        self.loaded_version = None
+
+    def _check_room(self, runtime: Any) -> None:
+        """Raise unless the Ray cluster has (and has free) the CPUs the workers need."""
         need = self.num_workers * self.threads
         total = sum(runtime.cpus_per_node)
         if need > total:
@@ -367,11 +407,6 @@ class RayWorkerGroup(WorkerGroup):
                 f"Ray has {free:g} free CPUs but {self.num_workers} workers need {need}; other Ray work (often "
                 "another Estimator's workers) holds the rest. Call shutdown() on Estimators you are done with."
             )
-        worker_cls = ray.remote(num_cpus=self.threads, max_concurrency=2)(_Worker)
-        self.actor_nodes = _plan_nodes(self.num_workers, self.threads)
-        self.actors = [worker_cls.options(**_on_node(node)).remote(self.threads) for node in self.actor_nodes]
-        self._starting = [a.address.remote() for a in self.actors]
-        self.loaded_version = None
 
     def _join(self, state: ModelState) -> None:
         """Wait for launched actors, rendezvous them and load ``state``."""
