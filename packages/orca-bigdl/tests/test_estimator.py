@@ -122,3 +122,29 @@ def test_save_and_load_keep_predictions(regression, tmp_path):
     np.testing.assert_allclose(fresh.predict(x[:16]), before, atol=1e-6)
     with pytest.raises(FileNotFoundError):
         fresh.load(str(tmp_path / "missing.bigdl"))
+
+
+def test_tensorboard_summaries_are_kept_and_read_back_with_tensorboards_reader(df, tmp_path):
+    """set_tensorboard keeps BigDL's own summaries in log_dir/app_name: TensorBoard's reader finds
+    one Loss point per iteration (256 rows / 32 = 8 a epoch) and a validation Loss per epoch, the
+    same values get_train_summary / get_validation_summary return, whose mean per epoch is the
+    History's train_loss."""
+    import glob
+
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    est = _est()
+    with pytest.raises(ValueError, match="set_tensorboard"):
+        est.get_train_summary("Loss")
+    est.set_tensorboard(str(tmp_path), "lin")
+    hist = est.fit(df, epochs=2, batch_size=32, feature_cols=["x"], label_cols=["y"], validation_data=df)
+    train, val = est.get_train_summary("Loss"), est.get_validation_summary("Loss")
+    assert train.shape == (16, 3) and val.shape == (2, 3), (train.shape, val.shape)
+    np.testing.assert_allclose([train[:8, 1].mean(), train[8:, 1].mean()], hist.history["train_loss"], rtol=1e-6)
+    for kind, expected in (("train", train), ("validation", val)):
+        (folder,) = {p.rsplit("/", 1)[0] for p in glob.glob(f"{tmp_path}/lin/{kind}/*tfevents*")}
+        events = EventAccumulator(folder)
+        events.Reload()
+        points = events.Scalars("Loss")
+        assert [p.step for p in points] == expected[:, 0].astype(int).tolist()
+        np.testing.assert_allclose([p.value for p in points], expected[:, 1], rtol=1e-6)

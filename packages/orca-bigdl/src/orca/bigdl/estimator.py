@@ -222,7 +222,8 @@ class Estimator:
         rows = df.count()
         if rows == 0:
             raise ValueError("data: the data has no rows; fit needs at least one (df.count() > 0).")
-        logs = tempfile.mkdtemp(prefix="orca-bigdl-")
+        board = getattr(self, "_tensorboard", None)
+        logs, app = board if board is not None else (tempfile.mkdtemp(prefix="orca-bigdl-"), "orca")
         try:
             with quiet():
                 if self.optimizer is None:
@@ -232,11 +233,11 @@ class Estimator:
                 # the optim method counts epochs in its state across fits: train up to this many in all
                 est.setMaxEpoch(self._epoch + epochs).setOptimMethod(self.optimizer)
                 est.setCachingSample(caching_sample)
-                train_summary = TrainSummary(log_dir=logs, app_name="orca")
+                train_summary = TrainSummary(log_dir=logs, app_name=app)
                 est.setTrainSummary(train_summary)
                 val_summary = None
                 if val_df is not None:
-                    val_summary = ValidationSummary(log_dir=logs, app_name="orca")
+                    val_summary = ValidationSummary(log_dir=logs, app_name=app)
                     est.setValidationSummary(val_summary)
                     est.setValidation(validation_trigger or EveryEpoch(), val_df,
                                       [Loss(self.loss), *self.metrics], batch_size)
@@ -248,8 +249,10 @@ class Estimator:
             except Exception as exc:  # py4j errors carry the JVM's trace: name the cause on top
                 raise RuntimeError(f"BigDL's training failed: {_java_cause(exc)}") from exc
             history = self._history(train_summary, val_summary, epochs, rows)
+            self._summaries = (train_summary, val_summary)
         finally:
-            shutil.rmtree(logs, ignore_errors=True)
+            if board is None:
+                shutil.rmtree(logs, ignore_errors=True)
         self._epoch += epochs
         return history
 
@@ -333,6 +336,47 @@ class Estimator:
             return result.transform_shard(_pandas_to_dict) if dicts else result
         raise TypeError(f"data: {src.what} is not supported by predict; pass a Spark DataFrame, an XShards "
                         "or a numpy array.")
+
+    # ------------------------------------------------------------ TensorBoard
+    def set_tensorboard(self, log_dir: str, app_name: str) -> None:
+        """Keep the TensorBoard summaries BigDL writes during the next fits in
+        ``log_dir/app_name/{train,validation}`` (BigDL writes them itself: ``Loss`` and
+        ``Throughput`` per iteration, validation results per validation), as the reference did.
+
+        Raises:
+            TypeError: ``log_dir`` or ``app_name`` is not a string (or ``app_name`` is empty).
+        """
+        if not isinstance(log_dir, str) or not isinstance(app_name, str) or not app_name:
+            raise TypeError("set_tensorboard(log_dir, app_name) takes two strings, e.g. "
+                            "set_tensorboard('/tmp/logs', 'lenet').")
+        os.makedirs(log_dir, exist_ok=True)
+        self._tensorboard = (log_dir, app_name)
+
+    def get_train_summary(self, tag: str) -> np.ndarray:
+        """``[[iteration, value, wall time], ...]`` of the last fit's training summary (``"Loss"``,
+        ``"Throughput"``), one row per iteration.
+
+        Raises:
+            ValueError: no fit since :meth:`set_tensorboard`.
+        """
+        return self._summary(0, tag)
+
+    def get_validation_summary(self, tag: str) -> np.ndarray:
+        """``[[iteration, value, wall time], ...]`` of the last fit's validation summary (``"Loss"``
+        or a metric's BigDL name, e.g. ``"Top1Accuracy"``), one row per validation.
+
+        Raises:
+            ValueError: no fit with validation data since :meth:`set_tensorboard`.
+        """
+        return self._summary(1, tag)
+
+    def _summary(self, which: int, tag: str) -> np.ndarray:
+        summaries = getattr(self, "_summaries", None)
+        if getattr(self, "_tensorboard", None) is None or summaries is None or summaries[which] is None:
+            raise ValueError(f"no summaries: call set_tensorboard(log_dir, app_name) and fit"
+                             f"{' with validation_data' if which else ''} first to record {tag!r}.")
+        with quiet():
+            return np.asarray(summaries[which].read_scalar(tag), dtype=np.float64)
 
     @property
     def num_workers(self) -> int:
