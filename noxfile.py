@@ -281,7 +281,7 @@ def mxnet(session: nox.Session, pins: dict[str, str]) -> None:
     """orca-mxnet tests with mxnet 1.9.1 (needs numpy 1.23.5 in its own env)."""
     # mxnet 1.9.1 calls np.bool, removed in numpy 1.24; the rest of the stack resolves around it
     # (orca-mxnet pins pyarrow<26: pyarrow 26 needs numpy 2 at import time but does not say so).
-    _install_framework(session, "orca-mxnet", *_pins(pins), "numpy==1.23.5")
+    _install_framework(session, "orca-mxnet", *_pins(pins), "numpy==1.23.5", *MLFLOW)
     _runtime_env(session)
     _pytest(session, "orca-mxnet")
 

@@ -2,12 +2,19 @@
 
 from __future__ import annotations
 
+import logging
+import os
 from collections.abc import Callable
 from typing import Any
 
+import numpy as np
+
+import mxnet as mx
 from mxnet import gluon
 from orca.core.plugin import Backend, BaseEstimator, NotFittedError, check_positive_int, declare, solo_runner
 from orca.mxnet.runner import MXNetRunner, named_params
+
+log = logging.getLogger("orca")
 
 
 def create_config(
@@ -146,6 +153,35 @@ class Estimator(BaseEstimator):
         runner = solo_runner(MXNetRunner, self.spec, self.get_state())
         assert isinstance(runner, MXNetRunner)
         return runner.model
+
+    def save_mlflow_model(self, path: str) -> bool:
+        """The trained block as an MLflow Model (``pyfunc``: MLflow has no MXNet flavour) at ``path``:
+        the block exported by Gluon (a symbol JSON and its parameters, traced on
+        :attr:`input_example`; nothing pickled) and read back by ``orca.mxnet._mlflow``, so
+        ``mlflow.pyfunc.load_model(uri).predict(x)`` works wherever orca-mxnet is installed.
+
+        Returns:
+            True; False (with a warning) for a model Gluon cannot export (not a ``HybridBlock``,
+            or more than one input) or without an input example (a data creator's fit).
+        """
+        import tempfile
+
+        import mlflow.pyfunc
+
+        from orca.mxnet import _mlflow
+
+        net, example = self.get_model(), self.input_example
+        if not isinstance(net, gluon.HybridBlock) or not example or len(example) != 1:
+            log.warning("the MLflow run gets the Orca checkpoint only: a pyfunc model needs a gluon.HybridBlock "
+                        "of one input and a fit on data the driver can sample (not a data creator)")
+            return False
+        net.hybridize()
+        net(mx.nd.array(np.asarray(example[0], np.float32)))  # traces the graph Gluon exports
+        with tempfile.TemporaryDirectory(prefix="orca-mxnet-") as tmp:
+            net.export(os.path.join(tmp, _mlflow.PREFIX))
+            mlflow.pyfunc.save_model(path, loader_module="orca.mxnet._mlflow", data_path=tmp,
+                                     pip_requirements=[f"mxnet=={mx.__version__}", "orca-mxnet"])
+        return True
 
     def save(self, path: str) -> str:
         """Write the parameters in MXNet's own format: ``net.load_parameters(path)`` on the model your
