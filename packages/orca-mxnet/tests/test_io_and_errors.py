@@ -127,17 +127,11 @@ def test_an_mlflow_run_holds_a_pyfunc_model_of_the_exported_block(orca_context, 
     Estimator does; Orca's checkpoint sits beside it."""
     import mlflow
 
-    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
-    client = mlflow.tracking.MlflowClient(uri)
-    client.create_experiment("orca", artifact_location=str(tmp_path / "artifacts"))
+    from orca.core.testing.tracking import fit_and_fetch_model
+
     x, y = xy
     est = Estimator.from_mxnet(config=create_config(optimizer="sgd", optimizer_params={"learning_rate": 0.05}, seed=0),
                                model_creator=linear_creator(), loss_creator=l2_loss, workers_per_node=2)
-    logger = est.set_mlflow(tracking_uri=uri, experiment_name="orca")
-    est.fit((x, y), epochs=2, batch_size=16)
-    (run_id,) = logger.run_ids
-    files = {f.path for f in client.list_artifacts(run_id, "model")}
-    assert {"model/MLmodel", "model/orca.ckpt"} <= files, files
-    local = client.download_artifacts(run_id, "model", str(tmp_path / "dl"))
+    local = fit_and_fetch_model(est, lambda: est.fit((x, y), epochs=2, batch_size=16), tmp_path)
     got = mlflow.pyfunc.load_model(local).predict(x)
     np.testing.assert_allclose(np.asarray(got).reshape(-1), np.asarray(est.predict(x)).reshape(-1), rtol=1e-5, atol=1e-5)

@@ -196,17 +196,11 @@ def test_an_mlflow_run_holds_the_model_with_the_keras_or_tensorflow_flavour(orca
     ``load_model`` opens, predicting as the Estimator does, with Orca's checkpoint beside it."""
     import mlflow
 
-    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
-    client = mlflow.tracking.MlflowClient(uri)
-    client.create_experiment("orca", artifact_location=str(tmp_path / "artifacts"))
+    from orca.core.testing.tracking import fit_and_fetch_model
+
     x, y = regression(64)
     est = Estimator.from_keras(model_creator=creator(lr=0.05), backend="bigdl", workers_per_node=2, verbose=0)
-    logger = est.set_mlflow(tracking_uri=uri, experiment_name="orca")
-    est.fit((x, y), epochs=2, batch_size=16)
-    (run_id,) = logger.run_ids
-    files = {f.path for f in client.list_artifacts(run_id, "model")}
-    assert {"model/MLmodel", "model/orca.ckpt"} <= files, files
-    local = client.download_artifacts(run_id, "model", str(tmp_path / "dl"))
+    local = fit_and_fetch_model(est, lambda: est.fit((x, y), epochs=2, batch_size=16), tmp_path)
     flavour = mlflow.keras if creator is linear_creator else mlflow.tensorflow
     loaded = flavour.load_model(local)
     np.testing.assert_allclose(np.asarray(loaded(x)), est.predict(x), rtol=1e-5, atol=1e-5)

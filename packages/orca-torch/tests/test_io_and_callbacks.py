@@ -193,18 +193,12 @@ def test_an_mlflow_run_holds_the_model_with_the_pytorch_flavour(orca_context, re
     checkpoint beside it."""
     import mlflow
 
-    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
-    client = mlflow.tracking.MlflowClient(uri)
-    client.create_experiment("orca", artifact_location=str(tmp_path / "artifacts"))
+    from orca.core.testing.tracking import fit_and_fetch_model
+
     torch.manual_seed(0)
     est = Estimator.from_torch(model=LinearNet(), optimizer=sgd(0.1), loss=nn.MSELoss(), backend="spark",
                                workers_per_node=2)
-    logger = est.set_mlflow(tracking_uri=uri, experiment_name="orca")
-    est.fit(reg, epochs=2, batch_size=16)
-    (run_id,) = logger.run_ids
-    files = {f.path for f in client.list_artifacts(run_id, "model")}
-    assert {"model/MLmodel", "model/orca.ckpt"} <= files, files
-    local = client.download_artifacts(run_id, "model", str(tmp_path / "dl"))
+    local = fit_and_fetch_model(est, lambda: est.fit(reg, epochs=2, batch_size=16), tmp_path)
     loaded = mlflow.pytorch.load_model(local)
     with torch.no_grad():
         got = loaded(torch.from_numpy(reg["x"])).numpy()
