@@ -291,6 +291,7 @@ stop_orca_context()
 stop_orca_context()  # a second stop does nothing
 out["after_stop"] = bool(np.array_equal(np.asarray(est.predict(x, batch_size=8)), before))
 out["new_context"] = OrcaContext.active() is not None
+out["next_epoch"] = est.fit({{"x": x, "y": x.sum(1, keepdims=True)}}, epochs=1, batch_size=8)[-1]["epoch"]
 est.shutdown()
 stop_orca_context()
 est.shutdown()  # its context is gone: nothing to stop, nothing started
@@ -302,14 +303,16 @@ print(json.dumps(out))
 @pytest.mark.timeout(300)
 def test_an_estimator_outlives_its_workers_and_its_context() -> None:
     """After shutdown, and after its OrcaContext was stopped (twice), the Estimator predicts as
-    before: its state is the driver's, and new workers start in the current context instead of
-    waiting on the dead ones (which failed after 30 s with Ray's "Can't find actor")."""
+    before and trains on from its next epoch: its state is the driver's, and new workers start in
+    the current context instead of waiting on the dead ones (which failed after 30 s with Ray's
+    "Can't find actor")."""
     import os
 
     from orca.core.testing.clusters import run_python
 
     out = run_python(OUTLIVES_DRIVER.format(tests=os.path.dirname(os.path.abspath(__file__))), timeout_s=240)
-    assert out == {"after_shutdown": True, "after_stop": True, "new_context": True, "context_after": False}
+    assert out == {"after_shutdown": True, "after_stop": True, "new_context": True, "next_epoch": 3,
+                   "context_after": False}
 
 
 class _NoSkipRunner(NumpyLinearRunner):

@@ -432,8 +432,8 @@ and their results; OpenVINO: `model_path`).
 Misused lifecycles are harmless: a call after `shutdown` (or two `shutdown`s) starts the workers
 again from the state the driver holds and predicts exactly as before; `stop_orca_context()` twice
 does nothing the second time; and an Estimator used after its context stopped starts a fresh
-local context, predicts as before and trains on from its last epoch (orca-torch's
-`test_stop_orca_context_twice_and_an_estimator_used_after_its_context_stopped`). A model that
+local context, predicts as before and trains on from its last epoch (orca-core's
+`test_an_estimator_outlives_its_workers_and_its_context`). A model that
 was never given (`from_torch(model=None)`, to `load()` one later) raises `NotFittedError` on
 `predict`.
 

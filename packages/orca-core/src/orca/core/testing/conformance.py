@@ -402,7 +402,7 @@ class EstimatorConformance:
             est.shutdown()
 
     @pytest.mark.timeout(300)
-    def test_a_bad_row_met_in_a_worker_reaches_the_driver_with_its_traceback(self, predictor: Any,
+    def test_a_bad_row_met_in_a_worker_reaches_the_driver_with_its_traceback(self, backend: str, predictor: Any,
                                                                               data: dict[str, Any],
                                                                               orca_context: Any) -> None:
         """Row 50 of a 64-row DataFrame (the second partition) holds 5 features instead of 4: only the
@@ -410,7 +410,10 @@ class EstimatorConformance:
         worker's traceback, whose message names the column and both lengths: an
         :class:`OrcaWorkerError` from an eager call, or Spark's ``PythonException`` when the lazy
         DataFrame a Spark-launched ``predict`` returns is computed. The Estimator predicts as
-        before. Inference-only Estimators too."""
+        before. Inference-only Estimators too. The path differs per launcher: it runs on each
+        package's launcher-level and partition backends (one per launcher)."""
+        if self.launcher_backends is not None and self.partition_backends is not None:
+            skip_unless_runs_on(backend, (*self.launcher_backends, *self.partition_backends))
         spark = orca_context.spark_session()
         x, y = regression_arrays(64, seed=5)
         rows = [(i, x[i].tolist() + ([9.0] if i == 50 else []), float(y[i])) for i in range(64)]
