@@ -106,39 +106,47 @@ ESTIMATORS = {"torch": torch_estimator, "tf": tf_estimator, "mxnet": mxnet_estim
               "bigdl": bigdl_estimator, "openvino": openvino_estimator}
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--framework", choices=sorted(ESTIMATORS), required=True)
-    parser.add_argument("--backend", default="", help="the Estimator's backend (default: spark)")
-    parser.add_argument("--epochs", type=int, default=20)
-    args = parser.parse_args(argv)
-
+def run(framework: str, backend: str = "", epochs: int = 20) -> dict[str, Any]:
+    """The whole job for ``framework``; returns its result (``ok``: predictions within TOLERANCE).
+    It starts a local Orca context and stops it at the end, unless one is running already (then it
+    runs there and leaves it running)."""
     import pandas as pd
 
-    if args.framework == "bigdl":
+    if framework == "bigdl":
         import orca.bigdl  # noqa: F401 - registers BigDL's jars before Orca's Spark starts
-    from orca.core import init_orca_context, stop_orca_context
+    from orca.core import OrcaContext, init_orca_context, stop_orca_context
 
     t0 = time.perf_counter()
+    owned = OrcaContext.active() is None
     ctx = init_orca_context(cluster_mode="local", cores=2, memory="2g")
     try:
         rng = np.random.default_rng(0)
         x = rng.normal(size=(512, 4)).astype(np.float32)
         y = (x @ TRUE_W + 0.25).astype(np.float32)
         df = ctx.spark_session().createDataFrame(pd.DataFrame({"x": list(x), "y": y})).repartition(2)
-        est = ESTIMATORS[args.framework](args.backend)
+        est = ESTIMATORS[framework](backend)
         history = None
-        if args.framework != "openvino":
-            history = est.fit(df, epochs=args.epochs, batch_size=32, feature_cols=["x"], label_cols=["y"])
+        if framework != "openvino":
+            history = est.fit(df, epochs=epochs, batch_size=32, feature_cols=["x"], label_cols=["y"])
         out = est.predict(df, feature_cols=["x"]).toPandas()
         pred = np.stack(out["prediction"].to_numpy()).reshape(-1)
         mae = float(np.abs(pred - out["y"].to_numpy()).mean())
         est.shutdown()
     finally:
-        stop_orca_context()
-    result = {"framework": args.framework, "backend": args.backend or "spark", "rows": int(len(out)),
-              "mae": round(mae, 5), "final_loss": None if history is None else float(history[-1]["loss"]),
-              "seconds": round(time.perf_counter() - t0, 1), "ok": mae < TOLERANCE and len(out) == len(x)}
+        if owned:
+            stop_orca_context()
+    return {"framework": framework, "backend": backend or "spark", "rows": int(len(out)),
+            "mae": round(mae, 5), "final_loss": None if history is None else float(history[-1]["loss"]),
+            "seconds": round(time.perf_counter() - t0, 1), "ok": mae < TOLERANCE and len(out) == len(x)}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--framework", choices=sorted(ESTIMATORS), required=True)
+    parser.add_argument("--backend", default="", help="the Estimator's backend (default: spark)")
+    parser.add_argument("--epochs", type=int, default=20)
+    args = parser.parse_args(argv)
+    result = run(args.framework, args.backend, args.epochs)
     print(json.dumps(result))
     return 0 if result["ok"] else 1
 

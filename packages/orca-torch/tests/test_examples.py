@@ -1,4 +1,4 @@
-"""The repository's example for orca-torch (examples/quickstart.py) runs as a user runs it."""
+"""The repository's example for orca-torch (examples/quickstart.py): its job runs and predicts the true y."""
 
 from orca.core.testing.clusters import quickstart_test
 

@@ -503,32 +503,24 @@ def run_python(
 EXAMPLES = Path(__file__).resolve().parents[6] / "examples"
 
 
-def run_example(script: str, *args: str, timeout_s: float = 300.0) -> Any:
-    """Run ``examples/<script>`` with ``args`` in a fresh interpreter, as a user runs it, and
-    return the JSON of its last stdout line (the examples print one); see :func:`run_python`.
-
-    Raises:
-        AssertionError: the script failed (exited non-zero: its own check failed) or printed no JSON.
-    """
-    path = EXAMPLES / script
-    if not path.is_file():
-        raise FileNotFoundError(f"no example {path}: the tests run from a checkout of the repository")
-    code = f"import runpy, sys; sys.argv = {[str(path), *args]!r}; runpy.run_path({str(path)!r}, run_name='__main__')"
-    return run_python(code, timeout_s=timeout_s)
-
-
 def quickstart_test(framework: str) -> Any:
-    """A pytest test that runs ``examples/quickstart.py --framework <framework>`` as a user runs it
-    (a fresh interpreter, its own local Orca context) and checks its result: all 512 rows predicted,
-    their mean absolute error to the true ``y`` under 0.1. A package's test module binds it:
-    ``test_the_quickstart_example_runs = quickstart_test("torch")``."""
+    """A pytest test that runs ``examples/quickstart.py``'s job for ``framework`` (its ``run``) in
+    the test session's Orca context and checks its result: all 512 rows predicted, their mean
+    absolute error to the true ``y`` under 0.1. A package's test module binds it:
+    ``test_the_quickstart_example_runs = quickstart_test("torch")``. (``nox -s install_check`` runs
+    the same script as a user does, in environments installed from the built wheels.)"""
+    import runpy
+
     import pytest
 
     @pytest.mark.timeout(300)
-    def test() -> None:
-        out = run_example("quickstart.py", "--framework", framework, timeout_s=280)
+    def test(orca_context: Any) -> None:
+        path = EXAMPLES / "quickstart.py"
+        if not path.is_file():
+            raise FileNotFoundError(f"no example {path}: the tests run from a checkout of the repository")
+        out = runpy.run_path(str(path), run_name="quickstart")["run"](framework)
         assert out["ok"] and out["framework"] == framework and out["rows"] == 512, out
         assert out["mae"] < 0.1, out
 
-    test.__doc__ = f"examples/quickstart.py --framework {framework} runs and predicts the true function."
+    test.__doc__ = f"examples/quickstart.py's job for {framework} runs and predicts the true function."
     return test
