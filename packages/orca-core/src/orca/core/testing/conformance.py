@@ -376,30 +376,25 @@ class EstimatorConformance:
             np.testing.assert_allclose(got, models["one"], atol=self.atol, rtol=1e-5, err_msg=name)
 
     @pytest.mark.timeout(300)
-    def test_an_exception_in_a_worker_reaches_the_driver_with_its_traceback(self, backend: str,
+    def test_an_exception_in_a_worker_reaches_the_driver_with_its_traceback(self, backend: str, trained: Any,
                                                                           data: dict[str, Any]) -> None:
         """User code (a callback) raises in rank 1's process after its step 2, while rank 0 goes on to
         its next step's all-reduce: the fit fails on the driver with an :class:`OrcaWorkerError` (not a
         lost worker, not a timeout) whose rank is 1 and whose worker traceback holds the user's
-        exception, its message and the frame that raised it; the Estimator keeps its model."""
-        if not self.supports_fit:
-            pytest.skip("this Estimator is inference-only")
+        exception, its message and the frame that raised it; the trained Estimator keeps its model."""
         skip_unless_runs_on(backend, self.launcher_backends)
-        est = self.fresh(backend)
-        try:
-            before = np.asarray(est.predict(data["x"][:16], batch_size=8)).reshape(-1)
-            with pytest.raises(OrcaWorkerError) as caught:
-                est.fit({"x": data["x"][:64], "y": data["y"][:64]}, epochs=2, batch_size=8, shuffle=False,
-                        callbacks=[RaiseAt(rank=1, step=2)])
-            err = caught.value
-            assert type(err) is OrcaWorkerError, f"a user error reported as {type(err).__name__}: {err}"
-            assert err.rank == 1, f"the error names rank {err.rank}, not 1: {err}"
-            assert "UserCodeError: user code failed on rank 1 after step 2" in err.worker_traceback, str(err)
-            assert "in on_batch_end" in err.worker_traceback, str(err)  # the frame that raised it
-            assert "user code failed on rank 1" in str(err)  # what the user reads
-            np.testing.assert_array_equal(np.asarray(est.predict(data["x"][:16], batch_size=8)).reshape(-1), before)
-        finally:
-            est.shutdown()
+        est = trained
+        before = np.asarray(est.predict(data["x"][:16], batch_size=8)).reshape(-1)
+        with pytest.raises(OrcaWorkerError) as caught:
+            est.fit({"x": data["x"][:64], "y": data["y"][:64]}, epochs=2, batch_size=8, shuffle=False,
+                    callbacks=[RaiseAt(rank=1, step=2)])
+        err = caught.value
+        assert type(err) is OrcaWorkerError, f"a user error reported as {type(err).__name__}: {err}"
+        assert err.rank == 1, f"the error names rank {err.rank}, not 1: {err}"
+        assert "UserCodeError: user code failed on rank 1 after step 2" in err.worker_traceback, str(err)
+        assert "in on_batch_end" in err.worker_traceback, str(err)  # the frame that raised it
+        assert "user code failed on rank 1" in str(err)  # what the user reads
+        np.testing.assert_array_equal(np.asarray(est.predict(data["x"][:16], batch_size=8)).reshape(-1), before)
 
     @pytest.mark.timeout(300)
     def test_a_bad_row_met_in_a_worker_reaches_the_driver_with_its_traceback(self, backend: str, predictor: Any,
