@@ -148,6 +148,9 @@ class EstimatorConformance:
     #: time budget: the engine code under test is shared, and orca-core's toy framework runs them
     #: on every launcher (``ORCA_FULL_MATRIX=1`` runs them on every backend)
     launcher_backends: tuple[str, ...] | None = None
+    #: backends that run the liveness and recovery tests (a slow fit, a stalled worker, a worker
+    #: killed mid-fit), the costliest: ``None``: ``launcher_backends``
+    liveness_backends: tuple[str, ...] | None = None
     #: backends that run the partition matrix (``None``: ``launcher_backends``); best on a launcher
     #: other than ``launcher_backends``'s, so that CI runs the package's runner on both launchers
     partition_backends: tuple[str, ...] | None = None
@@ -194,6 +197,9 @@ class EstimatorConformance:
         yield est
         cls._shared = None
         est.shutdown()
+
+    def _liveness_backends(self) -> tuple[str, ...] | None:
+        return self.liveness_backends if self.liveness_backends is not None else self.launcher_backends
 
     def fresh(self, backend: str) -> Any:
         """A new Estimator (:meth:`make_estimator`), after stopping the workers of the shared ones
@@ -440,7 +446,7 @@ class EstimatorConformance:
         """Every step takes 0.35 x the timeout and the epoch (12 steps) over 4 x it: the fit completes."""
         if not self.supports_fit:
             pytest.skip("this Estimator is inference-only")
-        skip_unless_runs_on(backend, self.launcher_backends)
+        skip_unless_runs_on(backend, self._liveness_backends())
         est = self.fresh(backend)
         try:
             t0 = time.monotonic()
@@ -459,7 +465,7 @@ class EstimatorConformance:
         and what it was doing, soon after the timeout, and the hung process is stopped."""
         if not self.supports_fit:
             pytest.skip("this Estimator is inference-only")
-        skip_unless_runs_on(backend, self.launcher_backends)
+        skip_unless_runs_on(backend, self._liveness_backends())
         est = self.fresh(backend)
         try:
             with pytest.raises(TimeoutError) as info:
@@ -483,7 +489,7 @@ class EstimatorConformance:
         once with a WorkerLostError and the Estimator keeps its model."""
         if not self.supports_fit:
             pytest.skip("this Estimator is inference-only")
-        skip_unless_runs_on(backend, self.launcher_backends)
+        skip_unless_runs_on(backend, self._liveness_backends())
         from orca.core.engine.errors import WorkerLostError
 
         xy = {"x": data["x"][:32], "y": data["y"][:32]}
