@@ -23,6 +23,15 @@ def _arrow_schema(df: Any) -> Any:
         return to_arrow_schema(df.schema)
 
 
+def collect_arrow(df: Any) -> pa.Table:
+    """``df`` collected to the driver as one Arrow table: Spark 4's ``toArrow``, or on Spark 3.5
+    (which has none) the record batches its ``toPandas`` path collects, under ``df``'s schema."""
+    if hasattr(df, "toArrow"):
+        return df.toArrow()
+    batches = df._collect_as_arrow()  # Spark 3.5: what toPandas collects with Arrow on
+    return pa.Table.from_batches(batches) if batches else _arrow_schema(df).empty_table()
+
+
 def spark_df_to_pandas_rdd(df: Any) -> Any:
     """An RDD with one pandas DataFrame per partition of ``df``.
 

@@ -67,7 +67,9 @@ def _probe_outputs(runner_cls: Any, spec: dict[str, Any], state: Any, df: Any, f
     hit = _PROBES.get(key)
     if hit is not None:
         return hit
-    probe_tbl = spark_select(df, feature_cols).limit(1).toArrow()
+    from orca.core.data._arrow import collect_arrow
+
+    probe_tbl = collect_arrow(spark_select(df, feature_cols).limit(1))
     if probe_tbl.num_rows == 0:
         raise ValueError("predict: the DataFrame is empty, so the model's output columns cannot be inferred; "
                          "predict a DataFrame with at least one row.")

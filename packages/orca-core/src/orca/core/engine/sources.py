@@ -111,7 +111,9 @@ class DataFrameSource(DataSource):
 
     def example_features(self, rows: int = 2) -> list[np.ndarray] | None:
         fcols, _ = self.columns(False)
-        table = self.spark_frame(False).limit(rows).toArrow()
+        from orca.core.data._arrow import collect_arrow
+
+        table = collect_arrow(self.spark_frame(False).limit(rows))
         return table_to_part(table, fcols, [])["x"] if table.num_rows else None
 
     def predict_on_executors(self, runner_cls: Any, spec: dict[str, Any], state: Any, batch_size: int,
