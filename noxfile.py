@@ -293,7 +293,7 @@ def bigdl(session: nox.Session, pins: dict[str, str]) -> None:
     # (gone in numpy 2). Its wheel pins pyspark==3.1.3, which fails on Python 3.11 and
     # Java 17: install it without its dependencies on top of a Spark 3.5 stack (orca-bigdl
     # pins pyarrow<26, which numpy<2 needs).
-    _install_framework(session, "orca-bigdl", "pyspark>=3.5,<3.6", "numpy<2", "six", "cloudpickle")
+    _install_framework(session, "orca-bigdl", "pyspark>=3.5,<3.6", "numpy<2", "six", "cloudpickle", *MLFLOW)
     _install(session, "--no-deps", *_pins(pins))
     _runtime_env(session)
     _pytest(session, "orca-bigdl")

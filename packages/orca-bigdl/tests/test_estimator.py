@@ -148,3 +148,26 @@ def test_tensorboard_summaries_are_kept_and_read_back_with_tensorboards_reader(d
         points = events.Scalars("Loss")
         assert [p.step for p in points] == expected[:, 0].astype(int).tolist()
         np.testing.assert_allclose([p.value for p in points], expected[:, 1], rtol=1e-6)
+
+
+def test_an_mlflow_run_holds_every_epoch_and_the_bigdl_model(df, regression, tmp_path):
+    """set_mlflow against a real sqlite tracking store: one run with the History's train_loss at
+    every epoch, and BigDL's model file as the ``model`` artifact, which ``load`` reads back to the
+    same predictions."""
+    from orca.core.testing.tracking import mlflow_store
+
+    x, _ = regression
+    uri, client = mlflow_store(tmp_path)
+    est = _est()
+    logger = est.set_mlflow(tracking_uri=uri, experiment_name="orca")
+    hist = est.fit(df, epochs=2, batch_size=32, feature_cols=["x"], label_cols=["y"])
+    (run_id,) = logger.run_ids
+    run = client.get_run(run_id)
+    assert run.info.status == "FINISHED" and run.data.params["backend"] == "bigdl"
+    points = client.get_metric_history(run_id, "train_loss")
+    assert [p.step for p in points] == [1, 2]
+    np.testing.assert_allclose([p.value for p in points], hist.history["train_loss"], rtol=1e-12)
+    local = client.download_artifacts(run_id, "model/model.bigdl", str(tmp_path / "dl"))
+    fresh = _est()
+    fresh.load(local)
+    np.testing.assert_allclose(fresh.predict(x[:10]), est.predict(x[:10]), atol=1e-6)

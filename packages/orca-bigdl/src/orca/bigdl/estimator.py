@@ -76,6 +76,8 @@ class Estimator:
     """
 
     launcher = "spark"
+    #: the model file of an MLflow run's ``model`` artifact (BigDL's own format: :meth:`load` reads it)
+    mlflow_checkpoint_name = "model.bigdl"
 
     def __init__(self, *, model: Any, loss: Any, optimizer: Any, metrics: list[Any],
                  feature_preprocessing: Any, label_preprocessing: Any, model_dir: str | None) -> None:
@@ -87,6 +89,9 @@ class Estimator:
         self.label_preprocessing = label_preprocessing
         self.model_dir = model_dir
         self._epoch = 0
+        #: ``f(event)`` called on the driver around each ``fit`` (``fit_begin``, each epoch's stats as
+        #: ``epoch`` once BigDL's fit returns, ``fit_end`` / ``fit_failed``): :meth:`set_mlflow`'s logger
+        self.fit_listeners: list[Any] = []
 
     @classmethod
     def from_bigdl(
@@ -206,6 +211,28 @@ class Estimator:
                 loss, or ``checkpoint_trigger`` without ``model_dir``.
             TypeError: an unsupported data type.
         """
+        self._notify({"event": "fit_begin", "params": {
+            "estimator": type(self).__name__, "backend": "bigdl", "epochs": epochs, "batch_size": batch_size,
+            "start_epoch": self._epoch, "optimizer": type(self.optimizer).__name__ if self.optimizer else "SGD",
+            "loss": type(self.loss).__name__}})
+        try:
+            history = self._fit(data, epochs, batch_size, feature_cols, label_cols, caching_sample, validation_data,
+                                validation_trigger, checkpoint_trigger)
+        except BaseException as exc:
+            self._notify({"event": "fit_failed", "error": f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"})
+            raise
+        for stats in history:
+            self._notify({"event": "epoch", **stats})
+        self._notify({"event": "fit_end", "history": [dict(h) for h in history], "restarts": []})
+        return history
+
+    def _notify(self, event: dict[str, Any]) -> None:
+        from orca.core.engine.estimator import notify_listeners
+
+        notify_listeners(self.fit_listeners, event)
+
+    def _fit(self, data: Any, epochs: int, batch_size: int, feature_cols: Any, label_cols: Any, caching_sample: bool,
+             validation_data: Any, validation_trigger: Any, checkpoint_trigger: Any) -> History:
         from bigdl.dllib.nnframes import NNEstimator
         from bigdl.dllib.optim.optimizer import SGD, EveryEpoch, Loss, TrainSummary, ValidationSummary
 
@@ -336,6 +363,43 @@ class Estimator:
             return result.transform_shard(_pandas_to_dict) if dicts else result
         raise TypeError(f"data: {src.what} is not supported by predict; pass a Spark DataFrame, an XShards "
                         "or a numpy array.")
+
+    # ------------------------------------------------------------ MLflow
+    def set_mlflow(self, tracking_uri: str | None = None, experiment_name: str | None = None,
+                   run_name: str | None = None, log_model: bool = True) -> Any:
+        """Log every following ``fit`` as an MLflow run, as every Orca Estimator does: parameters,
+        each epoch's stats (once BigDL's fit returns) and (``log_model``) the trained model as the
+        run's ``model/model.bigdl`` artifact (BigDL's own format; :meth:`load` reads it). Needs
+        ``mlflow``.
+
+        Returns:
+            The :class:`~orca.core.engine.tracking.MLflowLogger` (its ``run_ids`` lists the runs).
+        """
+        from orca.core.engine.tracking import MLflowLogger
+
+        old = getattr(self, "_mlflow", None)
+        if old is not None:
+            self.fit_listeners.remove(old)
+        self._mlflow = MLflowLogger(self, tracking_uri=tracking_uri, experiment_name=experiment_name,
+                                    run_name=run_name, log_model=log_model)
+        self.fit_listeners.append(self._mlflow)
+        return self._mlflow
+
+    def save_mlflow_model(self, path: str) -> bool:
+        """No MLflow flavour runs BigDL models: the run gets BigDL's model file alone.
+
+        Returns:
+            False.
+        """
+        return False
+
+    def save_checkpoint(self, path: str) -> str:
+        """Write the model in BigDL's own format (as :meth:`save`; :meth:`load` reads it).
+
+        Returns:
+            ``path``.
+        """
+        return self.save(path)
 
     # ------------------------------------------------------------ TensorBoard
     def set_tensorboard(self, log_dir: str, app_name: str) -> None:

@@ -31,6 +31,16 @@ from orca.core.engine.sources import DataFrameSource, DataSource
 log = logging.getLogger("orca")
 
 
+def notify_listeners(listeners: list[Callable[[dict[str, Any]], None]], event: dict[str, Any]) -> None:
+    """Hand ``event`` to each of ``listeners`` (an Estimator's ``fit_listeners``); a listener's
+    failure is logged and never breaks the call."""
+    for listener in list(listeners):
+        try:
+            listener(event)
+        except Exception:  # noqa: BLE001 - a listener's failure never breaks the call
+            log.exception("a fit listener failed on %s", event.get("event"))
+
+
 class BaseEstimator:
     """The shared Estimator flow. Subclasses declare ``backends``.
 
@@ -266,11 +276,7 @@ class BaseEstimator:
 
     def _notify(self, event: dict[str, Any]) -> None:
         """Hand a driver-side event (``fit_begin``, ``fit_end``, ``fit_failed``) to the fit listeners."""
-        for listener in list(self.fit_listeners):
-            try:
-                listener(event)
-            except Exception:  # noqa: BLE001 - a listener's failure never breaks the call
-                log.exception("a fit listener failed on %s", event.get("event"))
+        notify_listeners(self.fit_listeners, event)
 
     def _fit_epochs(self, src: DataSource, val: DataSource | None, args: FitArgs, epochs: int,
                     max_steps: int | None, max_failures: int) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:

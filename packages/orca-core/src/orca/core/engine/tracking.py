@@ -116,7 +116,9 @@ class MLflowLogger:
                 model_dir = os.path.join(tmp, "model")
                 if not self.estimator.save_mlflow_model(model_dir):  # the framework's MLflow flavour
                     os.makedirs(model_dir)
-                self.estimator.save_checkpoint(os.path.join(model_dir, "orca.ckpt"))
+                # Orca's data-only checkpoint (an Estimator with a format of its own names its file)
+                name = getattr(self.estimator, "mlflow_checkpoint_name", "orca.ckpt")
+                self.estimator.save_checkpoint(os.path.join(model_dir, name))
                 self.client.log_artifacts(run_id, model_dir, artifact_path="model")
         self.client.set_terminated(run_id, "FINISHED")
         self.run_id = None
