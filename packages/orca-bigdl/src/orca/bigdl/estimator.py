@@ -89,6 +89,7 @@ class Estimator:
         self.label_preprocessing = label_preprocessing
         self.model_dir = model_dir
         self._epoch = 0
+        self._rows: int | None = None  # set by _dataframe for a DataFrame: its row count
         #: ``f(event)`` called on the driver around each ``fit`` (``fit_begin``, each epoch's stats as
         #: ``epoch`` once BigDL's fit returns, ``fit_end`` / ``fit_failed``): :meth:`set_mlflow`'s logger
         self.fit_listeners: list[Any] = []
@@ -152,7 +153,7 @@ class Estimator:
         spark = OrcaContext.get_spark_session()
         if isinstance(src, DataFrameSource):
             fcols, lcols = list(src.feature_cols or []), list(src.label_cols or []) if need_labels else []
-            _check_columns(src.obj, fcols, lcols, arg, finite=need_labels)
+            self._rows = _check_columns(src.obj, fcols, lcols, arg, finite=need_labels)
             return _assemble(src.obj, fcols, lcols)
         if isinstance(src, ArraySource):
             return _arrays_to_df(spark, src, need_labels)
@@ -241,12 +242,15 @@ class Estimator:
         check_positive_int("epochs", epochs)
         if checkpoint_trigger is not None and not self.model_dir:
             raise ValueError("checkpoint_trigger needs model_dir=... in from_bigdl (where checkpoints go).")
+        self._rows = None
         df = self._dataframe(data, feature_cols, label_cols, True, "data")
+        rows = self._rows  # a DataFrame's rows, counted with its column checks
         val_df = (self._dataframe(validation_data, feature_cols, label_cols, True, "validation_data")
                   if validation_data is not None else None)
         sc = ensure_engine()
         self._check_batch_size(batch_size, sc)
-        rows = df.count()
+        if rows is None:
+            rows = df.count()
         if rows == 0:
             raise ValueError("data: the data has no rows; fit needs at least one (df.count() > 0).")
         board = getattr(self, "_tensorboard", None)
@@ -377,13 +381,8 @@ class Estimator:
         """
         from orca.core.engine.tracking import MLflowLogger
 
-        old = getattr(self, "_mlflow", None)
-        if old is not None:
-            self.fit_listeners.remove(old)
-        self._mlflow = MLflowLogger(self, tracking_uri=tracking_uri, experiment_name=experiment_name,
-                                    run_name=run_name, log_model=log_model)
-        self.fit_listeners.append(self._mlflow)
-        return self._mlflow
+        return MLflowLogger.attach(self, tracking_uri=tracking_uri, experiment_name=experiment_name,
+                                   run_name=run_name, log_model=log_model)
 
     def save_mlflow_model(self, path: str) -> bool:
         """No MLflow flavour runs BigDL models: the run gets BigDL's model file alone.
@@ -525,10 +524,13 @@ def _validation_methods(metrics: Any) -> list[Any]:
     return out
 
 
-def _check_columns(df: Any, fcols: list[str], lcols: list[str], arg: str, finite: bool) -> None:
+def _check_columns(df: Any, fcols: list[str], lcols: list[str], arg: str, finite: bool) -> int:
     """What Orca's workers check in every batch, checked here in one Spark job over ``df`` (BigDL's
     JVM would fail on it with a Scala error naming no column, or train on NaN): no nulls, arrays of
     one length per column, and (``finite``: training and evaluation) no NaN/Inf.
+
+    Returns:
+        The number of rows (counted in the same job).
 
     Raises:
         ValueError: naming the column, what is wrong, and the fix (the messages of orca-core's checks).
@@ -551,9 +553,7 @@ def _check_columns(df: Any, fcols: list[str], lcols: list[str], arg: str, finite
                     checks.append(("nan", kind, c, F.sum(F.exists(col, non_finite).cast("long"))))
             elif finite and isinstance(typ, (FloatType, DoubleType)):
                 checks.append(("nan", kind, c, F.sum(non_finite(col).cast("long"))))
-    if not checks:
-        return
-    got = df.agg(*[a.alias(f"c{i}") for i, (*_, a) in enumerate(checks)]).first()
+    got = df.agg(F.count(F.lit(1)).alias("rows"), *[a.alias(f"c{i}") for i, (*_, a) in enumerate(checks)]).first()
     shortest: dict[str, Any] = {}
     for i, (what, kind, c, _) in enumerate(checks):
         n = got[f"c{i}"] or 0
@@ -568,6 +568,7 @@ def _check_columns(df: Any, fcols: list[str], lcols: list[str], arg: str, finite
         if what == "nan" and n:
             raise ValueError(f"{arg}: {kind} column {c!r} holds NaN/Inf value(s) in {n} row(s); a model cannot train "
                              "or be scored on them. Drop or fill them first (df.na.drop / df.na.fill).")
+    return int(got["rows"])
 
 
 def _assemble(df: Any, fcols: list[str], lcols: list[str], keep: bool = False) -> Any:

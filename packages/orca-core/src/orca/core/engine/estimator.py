@@ -512,13 +512,8 @@ class BaseEstimator:
         """
         from orca.core.engine.tracking import MLflowLogger
 
-        old = getattr(self, "_mlflow", None)
-        if old is not None:
-            self.fit_listeners.remove(old)
-        self._mlflow: Any = MLflowLogger(self, tracking_uri=tracking_uri, experiment_name=experiment_name,
-                                         run_name=run_name, log_model=log_model)
-        self.fit_listeners.append(self._mlflow)
-        return self._mlflow
+        return MLflowLogger.attach(self, tracking_uri=tracking_uri, experiment_name=experiment_name,
+                                   run_name=run_name, log_model=log_model)
 
     def get_train_summary(self, tag: str) -> np.ndarray:
         """``[[iteration, value, wall time], ...]`` of a training summary (``"Loss"``,

@@ -63,6 +63,17 @@ class MLflowLogger:
         self.run_id: str | None = None
         self.run_ids: list[str] = []
 
+    @classmethod
+    def attach(cls, estimator: Any, **settings: Any) -> MLflowLogger:
+        """A logger for ``estimator`` appended to its ``fit_listeners``, replacing the one a previous
+        call attached (what ``set_mlflow`` does on every Estimator)."""
+        old = getattr(estimator, "_mlflow", None)
+        if old is not None:
+            estimator.fit_listeners.remove(old)
+        estimator._mlflow = logger = cls(estimator, **settings)
+        estimator.fit_listeners.append(logger)
+        return logger
+
     def _experiment_id(self) -> str:
         if self.experiment_name is None:
             return "0"

@@ -55,6 +55,12 @@ def listeners(procs: Iterable[psutil.Process]) -> set[Listener]:
     return out
 
 
+def job_listeners() -> set[Listener]:
+    """The listeners of this process and all its descendants, now."""
+    me = psutil.Process()
+    return listeners([me, *me.children(recursive=True)])
+
+
 class ListenerSampler:
     """Samples the listeners of this process and its descendants every ``interval_s`` while the
     ``with`` block runs (and once more at its end); :attr:`seen` has every one seen.
@@ -71,8 +77,7 @@ class ListenerSampler:
 
     def sample(self) -> None:
         """Take one sample now."""
-        me = psutil.Process()
-        self.seen.update(listeners([me, *me.children(recursive=True)]))
+        self.seen.update(job_listeners())
 
     def _run(self) -> None:
         while not self._done.is_set():
@@ -163,8 +168,7 @@ def still_listening(ports: Iterable[int], timeout_s: float) -> set[Listener]:
     ports = set(ports)
     deadline = time.monotonic() + timeout_s
     while True:
-        me = psutil.Process()
-        left = {s for s in listeners([me, *me.children(recursive=True)]) if s.port in ports}
+        left = {s for s in job_listeners() if s.port in ports}
         if not left or time.monotonic() > deadline:
             return left
         time.sleep(0.1)
