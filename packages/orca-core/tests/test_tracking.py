@@ -85,3 +85,24 @@ def test_a_recovered_fit_is_one_run_and_a_failed_one_ends_failed(ray_runtime: An
     bad = client.get_run(failed)
     assert bad.info.status == "FAILED" and bad.data.tags["orca.error"].startswith("OrcaWorkerError")
     assert [r.info.run_id for r in client.search_runs([run.info.experiment_id])] == [failed, recovered]
+
+
+class _UnsavableEstimator(NumpyEstimator):
+    def save_mlflow_model(self, path: str) -> bool:
+        raise OSError("disk full")
+
+
+def test_a_model_that_cannot_be_logged_ends_the_run_failed_and_the_fit_keeps_its_result(ray_runtime: Any,
+                                                                                         store: Any) -> None:
+    uri, client = store
+    est = _UnsavableEstimator.from_numpy(backend="ray")
+    logger = est.set_mlflow(tracking_uri=uri, experiment_name="orca")
+    try:
+        hist = est.fit(regression(), epochs=2, batch_size=8)
+    finally:
+        est.shutdown()
+    assert [h["epoch"] for h in hist] == [1, 2]  # the fit itself succeeded
+    run = client.get_run(logger.run_ids[0])
+    assert run.info.status == "FAILED"
+    assert run.data.tags["orca.error"] == "logging the model failed: disk full"
+    assert [p.step for p in client.get_metric_history(run.info.run_id, "loss")] == [1, 2]

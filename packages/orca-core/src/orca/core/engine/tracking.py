@@ -123,13 +123,23 @@ class MLflowLogger:
         restarts = event.get("restarts") or []
         self.client.set_tag(run_id, "orca.restarts", json.dumps(restarts))
         if self.log_model:
-            with tempfile.TemporaryDirectory(prefix="orca-mlflow-") as tmp:
-                model_dir = os.path.join(tmp, "model")
-                if not self.estimator.save_mlflow_model(model_dir):  # the framework's MLflow flavour
-                    os.makedirs(model_dir)
-                # Orca's data-only checkpoint (an Estimator with a format of its own names its file)
-                name = getattr(self.estimator, "mlflow_checkpoint_name", "orca.ckpt")
-                self.estimator.save_checkpoint(os.path.join(model_dir, name))
-                self.client.log_artifacts(run_id, model_dir, artifact_path="model")
+            try:
+                self._log_model(run_id)
+            except BaseException as exc:  # the fit succeeded: the run ends, saying what was not logged
+                self.client.set_tag(run_id, "orca.error", f"logging the model failed: {exc}"[:5000])
+                self.client.set_terminated(run_id, "FAILED")
+                self.run_id = None
+                raise
         self.client.set_terminated(run_id, "FINISHED")
         self.run_id = None
+
+    def _log_model(self, run_id: str) -> None:
+        """The trained model as the run's ``model`` artifact (see the module doc)."""
+        with tempfile.TemporaryDirectory(prefix="orca-mlflow-") as tmp:
+            model_dir = os.path.join(tmp, "model")
+            if not self.estimator.save_mlflow_model(model_dir):  # the framework's MLflow flavour
+                os.makedirs(model_dir)
+            # Orca's data-only checkpoint (an Estimator with a format of its own names its file)
+            name = getattr(self.estimator, "mlflow_checkpoint_name", "orca.ckpt")
+            self.estimator.save_checkpoint(os.path.join(model_dir, name))
+            self.client.log_artifacts(run_id, model_dir, artifact_path="model")
