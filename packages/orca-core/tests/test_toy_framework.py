@@ -337,3 +337,30 @@ def test_skipping_steps_is_refused_on_the_driver_where_the_runner_cannot(orca_co
         assert est._group is None  # nothing was started
     finally:
         est.shutdown()
+
+
+@pytest.mark.timeout(120)
+def test_a_dropped_estimator_gives_its_ray_cpus_back_and_a_held_one_is_named(ray_runtime: Any) -> None:
+    """Ray has 2 CPUs here and each Estimator's 2 workers take both. While one Estimator holds them,
+    another's fit fails on the driver saying so (after a short wait), and the holder is listed by
+    ``live_worker_groups`` (what the test plugin uses to fail a module that leaves workers up). An
+    Estimator the user dropped while it sat in a reference cycle gives its CPUs back without a
+    shutdown: the driver collects garbage before it gives up."""
+    from orca.core.engine.ray_backend import live_worker_groups
+
+    x, y = regression_arrays()
+    holder = NumpyEstimator.from_numpy(backend="ray")
+    other = NumpyEstimator.from_numpy(backend="ray")
+    try:
+        holder.fit({"x": x, "y": y}, epochs=1, batch_size=8)
+        assert [g for g in live_worker_groups() if g is holder._group] == [holder._group]
+        with pytest.raises(RuntimeError, match=r"Ray has 0 free CPUs but 2 workers need 2.*Call shutdown\(\)"):
+            other.fit({"x": x, "y": y}, epochs=1, batch_size=8)
+        holder.cycle = holder  # a reference cycle: only the garbage collector frees it
+        del holder
+        hist = other.fit({"x": x, "y": y}, epochs=1, batch_size=8)
+        assert hist[-1]["num_samples"] == len(x)
+        assert [g for g in live_worker_groups() if g is not other._group] == []
+    finally:
+        other.shutdown()
+    assert other._group not in live_worker_groups()

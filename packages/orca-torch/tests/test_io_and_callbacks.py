@@ -198,8 +198,11 @@ def test_an_mlflow_run_holds_the_model_with_the_pytorch_flavour(orca_context, re
     torch.manual_seed(0)
     est = Estimator.from_torch(model=LinearNet(), optimizer=sgd(0.1), loss=nn.MSELoss(), backend="spark",
                                workers_per_node=2)
-    local = fit_and_fetch_model(est, lambda: est.fit(reg, epochs=2, batch_size=16), tmp_path)
-    loaded = mlflow.pytorch.load_model(local)
-    with torch.no_grad():
-        got = loaded(torch.from_numpy(reg["x"])).numpy()
-    np.testing.assert_allclose(got, est.predict(reg["x"]), rtol=1e-6, atol=1e-6)
+    try:
+        local = fit_and_fetch_model(est, lambda: est.fit(reg, epochs=2, batch_size=16), tmp_path)
+        loaded = mlflow.pytorch.load_model(local)
+        with torch.no_grad():
+            got = loaded(torch.from_numpy(reg["x"])).numpy()
+        np.testing.assert_allclose(got, est.predict(reg["x"]), rtol=1e-6, atol=1e-6)
+    finally:
+        est.shutdown()

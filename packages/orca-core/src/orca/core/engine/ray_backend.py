@@ -17,9 +17,11 @@ driver's state.
 
 from __future__ import annotations
 
+import gc
 import logging
 import os
 import time
+import weakref
 from collections.abc import Sequence
 from typing import Any
 
@@ -261,14 +263,33 @@ def _in_data_order(outs: list[np.ndarray], order: list[list[tuple[int, int]]] | 
 
 
 def _free_cpus(need: float, wait_s: float = 10.0) -> float:
-    """Free CPUs in the Ray cluster, waiting briefly for recently killed actors to release theirs."""
+    """Free CPUs in the Ray cluster, waiting briefly for recently killed actors to release theirs.
+
+    When short, it first collects garbage once: an Estimator the user dropped while it sat in a
+    reference cycle still holds its actors until the collector frees their handles (then Ray
+    ends them)."""
     ray = _ray()
     deadline = time.monotonic() + wait_s
+    collected = False
     while True:
         free = float(ray.available_resources().get("CPU", 0.0))
         if free >= need or time.monotonic() > deadline:
             return free
+        if not collected:
+            collected = True
+            gc.collect()
         time.sleep(0.25)
+
+
+#: every worker group whose actors are up, in this process (see :func:`live_worker_groups`)
+_LIVE: weakref.WeakSet[RayWorkerGroup] = weakref.WeakSet()
+
+
+def live_worker_groups() -> list[RayWorkerGroup]:
+    """The Ray worker groups of this process whose actors are up (after a garbage collection, so
+    groups of Estimators nothing refers to any more are not counted)."""
+    gc.collect()
+    return [g for g in list(_LIVE) if g.actors]
 
 
 #: how long a failed call waits for the other workers' outcome, to tell a lost worker from its peers
@@ -387,6 +408,7 @@ class RayWorkerGroup(WorkerGroup):
         self.actors = [worker_cls.options(**o).remote(self.threads) for o in options]
         self._starting = [a.address.remote() for a in self.actors]
         self.loaded_version = None
+        _LIVE.add(self)
 
     def _check_room(self, runtime: Any) -> None:
         """Raise unless the Ray cluster has (and has free) the CPUs the workers need."""
@@ -614,3 +636,4 @@ class RayWorkerGroup(WorkerGroup):
             except Exception:  # noqa: BLE001 - already dead
                 pass
         self.actors, self._starting, self.loaded_version, self.actor_nodes = [], None, None, []
+        _LIVE.discard(self)

@@ -117,8 +117,9 @@ def spark_errors(what: str) -> Iterator[None]:
         raise
 
 
-#: what Spark says when a task's Python worker process died (killed, OOM-killed, crashed)
-_LOST_PYTHON_WORKER = ("Python worker exited unexpectedly", "Connection reset")
+#: what Spark says when a task's Python worker process died (killed, OOM-killed, crashed): Spark 4
+#: notices before it writes to it, Spark 3.5 when its write fails ("Broken pipe")
+_LOST_PYTHON_WORKER = ("Python worker exited unexpectedly", "Connection reset", "Broken pipe")
 
 
 def _retry_lost_python_worker(job: Callable[[], list[Any]]) -> list[Any]:
@@ -138,7 +139,7 @@ def _retry_lost_python_worker(job: Callable[[], list[Any]]) -> list[Any]:
 
 
 #: what Spark says when a task's process or executor was lost rather than failing in user code
-_LOST_WORKER = (*_LOST_PYTHON_WORKER, "ExecutorLostFailure", "Broken pipe", "TaskKilled")
+_LOST_WORKER = (*_LOST_PYTHON_WORKER, "ExecutorLostFailure", "TaskKilled")
 
 
 def _spark_error(exc: Exception, what: str) -> OrcaWorkerError:

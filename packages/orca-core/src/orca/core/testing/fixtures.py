@@ -9,6 +9,10 @@
   module like the Spark one; ``ray_cluster_handle`` is the whole :class:`RayCluster` and
   ``ray_cluster_env`` the environment a driver attaching to it needs.
 
+Every test module is checked, when it ends, for Ray workers it left running (an Estimator never
+shut down): those are shut down and the module fails, naming itself, instead of the next
+module's Estimators failing for want of CPUs.
+
 Only one Orca context can be active in a process and the session shares ``orca_context``, so
 a test that attaches to a cluster runs its driver in a fresh interpreter with
 :func:`orca.core.testing.clusters.run_python`.
@@ -18,6 +22,7 @@ Enable them with ``pytest_plugins = ["orca.core.testing.fixtures"]`` in a ``conf
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Iterator
 from typing import Any
 
@@ -33,6 +38,23 @@ def orca_context() -> Iterator[OrcaContext]:
     ctx = init_orca_context(cluster_mode="local", cores=2, memory="2g", worker_timeout_s=180.0)
     yield ctx
     stop_orca_context()
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _no_ray_workers_left(request: pytest.FixtureRequest) -> Iterator[None]:
+    """Fail a test module that leaves Ray worker actors up (after shutting them down)."""
+    yield
+    if "ray" not in sys.modules:
+        return
+    from orca.core.engine.ray_backend import live_worker_groups
+
+    left = live_worker_groups()
+    for group in left:
+        group.shutdown()
+    if left:
+        pytest.fail(f"{request.module.__name__} left the Ray workers of {len(left)} Estimator(s) running "
+                    f"({sum(g.num_workers for g in left)} actors); call est.shutdown() in the test "
+                    "(try/finally or a fixture).", pytrace=False)
 
 
 @pytest.fixture(scope="session")
