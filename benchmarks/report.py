@@ -20,7 +20,7 @@ sys.path.insert(0, str(HERE))
 
 from harness import RESULTS, fmt, verdict  # noqa: E402
 
-ORDER = ["training", "startup", "tf", "data", "inference", "openvino"]
+ORDER = ["training", "startup", "tf", "data", "memory", "inference", "openvino"]
 PNG = HERE.parent / "docs" / "benchmarks" / "ratios.png"
 
 

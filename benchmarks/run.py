@@ -14,6 +14,8 @@ Parts (see docs/benchmarks.md for the method):
   ``mapInArrow`` read, ``toPandas`` and Petastorm (``datapath.py``).
 - ``inference``: Orca ``predict`` (torch) on a DataFrame against ``predict_batch_udf`` and Ray Data
   ``map_batches`` (``inference.py``).
+- ``memory``: a worker's peak memory and throughput against data size, its share in memory and
+  streamed to disk (``memory.py``; docs/data-and-memory.md).
 
 Each part writes ``benchmarks/results/<part>.json`` (rows + raw numbers); ``report.py`` merges
 every part's JSON (tf and openvino included) into one table and a PNG.
@@ -31,11 +33,12 @@ sys.path.insert(0, str(HERE))
 
 import datapath  # noqa: E402
 import inference  # noqa: E402
+import memory  # noqa: E402
 import report  # noqa: E402
 import train  # noqa: E402
 from harness import loadavg, run_child, write_part  # noqa: E402
 
-PARTS = ("train", "data", "inference")
+PARTS = ("train", "data", "inference", "memory")
 
 
 def _log(msg: str) -> None:
@@ -68,6 +71,18 @@ def run_inference(quick: bool) -> tuple[list[dict], dict, dict]:
                                      "--repeats", str(s["repeats"])], 900 if quick else 1500)
     _log(f"      {'FAILED: ' + res['error'] if 'error' in res else 'done'} ({res.get('process_s', 0):.0f} s)")
     return inference.rows_from(res), res, s
+
+
+def run_memory(quick: bool) -> tuple[list[dict], dict, dict]:
+    s = {"base_rows": 8192 if quick else 32768, "scales": [1, 4] if quick else [1, 4, 16],
+         "backends": ["spark", "bigdl"], "disk_mb": memory.DISK_MB,
+         "model": "torch Linear(256, 1), 1 KB rows, 2 workers x 1 thread, 2 epochs, batch 256"}
+    _log(f"  memory: {s['base_rows']} rows x {s['scales']}, in memory and on disk, {s['backends']} ...")
+    res = run_child("memory.py", ["--quick"] if quick else [], 1200 if quick else 2400)
+    _log(f"      {'FAILED: ' + res['error'] if 'error' in res else 'done'} ({res.get('process_s', 0):.0f} s)")
+    rows = res.get("rows") or [{"part": "memory", "name": "worker memory against data size", "value": None,
+                                "unit": "MB", "ratio": None, "target": "<= 1.2", "note": res.get("error")}]
+    return rows, res, s
 
 
 def run_data_and_inference() -> dict[str, tuple[list[dict], dict, dict]]:
@@ -111,6 +126,8 @@ def main(argv: list[str] | None = None) -> int:
             settings = train.settings(a.quick)
         elif part == "data":
             rows, raw, settings = run_data(a.quick)
+        elif part == "memory":
+            rows, raw, settings = run_memory(a.quick)
         else:
             rows, raw, settings = run_inference(a.quick)
         settings["quick"] = a.quick

@@ -105,6 +105,10 @@ def test_the_reference_class_assignment_sets_the_setting(orca_context: OrcaConte
             OrcaContext.no_such_setting  # noqa: B018 - the read is the test
         with pytest.raises(TypeError, match="pandas_read_backend.*always use pandas"):
             OrcaContext.pandas_read_backend = "spark"
+        with pytest.raises(ValueError, match=r"worker_data_memory_mb must be >= 0 \(MB\), got -1"):
+            OrcaContext.worker_data_memory_mb = -1
+        with pytest.raises(TypeError, match="train_data_store.*worker_data_memory_mb"):
+            OrcaContext.train_data_store = "DISK_2"
     finally:
         context._class_settings.clear()
         for name, value in before.items():

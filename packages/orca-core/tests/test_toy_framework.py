@@ -18,6 +18,7 @@ from orca.core.plugin import (
     Backend,
     BaseEstimator,
     Batch,
+    Callback,
     NotFittedError,
     Rendezvous,
     Runner,
@@ -29,6 +30,7 @@ from orca.core.testing.bad_inputs import BadInputConformance
 from orca.core.testing.conformance import (
     NUM_FEATURES,
     PARTITION_LAYOUTS,
+    TRUE_W,
     EstimatorConformance,
     frame_with_layout,
     regression_arrays,
@@ -364,3 +366,72 @@ def test_a_dropped_estimator_gives_its_ray_cpus_back_and_a_held_one_is_named(ray
     finally:
         other.shutdown()
     assert other._group not in live_worker_groups()
+
+
+class _SpillProbe(Callback):
+    """Writes, per rank, the spill folders (``orca-feed-*``) in the worker's spill directory and
+    the bytes each holds, while the fit runs."""
+
+    def __init__(self, out: str) -> None:
+        self.out = out
+
+    def on_train_begin(self, logs: dict[str, Any] | None = None) -> None:
+        import glob
+        import json
+        import os
+
+        from orca.core.engine.spill import spill_dir
+
+        found = {d: sum(os.path.getsize(os.path.join(d, f)) for f in os.listdir(d))
+                 for d in glob.glob(os.path.join(spill_dir(), "orca-feed-*"))}
+        with open(os.path.join(self.out, f"rank{self.rank}.json"), "w") as fh:
+            json.dump(found, fh)
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("backend", ["spark", "ray"])
+def test_a_share_over_worker_data_memory_mb_trains_from_disk_with_the_in_memory_weights(spark: Any, tmp_path: Any,
+                                                                                      backend: str) -> None:
+    """worker_data_memory_mb=0.01 (10 KB) against 2 x 2,000 rows (~50 KB of Arrow a worker): every
+    rank's share goes to disk (seen during the fit: training and validation rows, 20 bytes a row,
+    in Spark's local directory or the actor's temporary one),
+    and without shuffling the fit ends at the in-memory fit's weights and validation loss, and
+    evaluate gives its loss, to 1e-12; the folders are gone after. With the window shuffle it
+    learns the true function."""
+    import glob
+    import json
+    import os
+
+    from orca.core import OrcaContext
+    from orca.core.engine.spill import spill_dir
+
+    x, y = regression_arrays(4000, seed=5)
+    df = frame_with_layout(spark, x, y, [2000, 2000])
+    kw = {"feature_cols": ["x"], "label_cols": ["y"]}
+    est = NumpyEstimator.from_numpy(lr=0.05, backend=backend)
+
+    def run(memory_mb: float, shuffle: bool, probe: str | None = None) -> tuple[Any, ...]:
+        OrcaContext.worker_data_memory_mb = memory_mb
+        est.set_state({"w": np.zeros(NUM_FEATURES), "b": np.zeros(1)})
+        hist = est.fit(df, epochs=2, batch_size=64, shuffle=shuffle, validation_data=df,
+                       callbacks=[_SpillProbe(probe)] if probe else None, **kw)
+        return est.get_model(), hist[-1]["val_loss"], est.evaluate(df, batch_size=50, **kw)["val_loss"]
+
+    try:
+        mem, val_mem, eval_mem = run(2048, False)
+        os.makedirs(tmp_path / "probe")
+        m, val_disk, eval_disk = run(0.01, False, str(tmp_path / "probe"))
+        for rank in (0, 1):
+            found = json.loads((tmp_path / "probe" / f"rank{rank}.json").read_text())
+            # both ranks' training and validation rows (the ranks share this machine's spill directory)
+            assert sorted(found.values()) == [2000 * 20] * 4, found
+        np.testing.assert_allclose(m["w"], mem["w"], rtol=0, atol=1e-12)
+        np.testing.assert_allclose(m["b"], mem["b"], rtol=0, atol=1e-12)
+        assert val_disk == pytest.approx(val_mem, rel=1e-12) and eval_disk == pytest.approx(eval_mem, rel=1e-12)
+        m, _, eval_shuffled = run(0.01, True)
+        np.testing.assert_allclose(m["w"], TRUE_W, atol=0.05)
+        assert eval_shuffled < 0.01
+    finally:
+        OrcaContext.worker_data_memory_mb = 2048.0
+        est.shutdown()
+    assert glob.glob(os.path.join(spill_dir(), "orca-feed-*")) == []

@@ -57,6 +57,13 @@ class OrcaSettings:
         max_failures: the default of ``fit(max_failures=...)``: how many lost workers a fit
             recovers from, resuming from the last completed epoch.
         ray_start_timeout_s: upper bound on Ray's start-up.
+        worker_data_memory_mb: the most of its share of the training data (MB) a worker keeps in
+            memory. A larger share is written to the worker's local disk as it streams in
+            (``ORCA_SPILL_DIR``, else Spark's local directory, else the system's temporary
+            one) and read back a window of a quarter of this at a time, with a window
+            shuffle instead of a full one: a worker's memory then follows this setting and the
+            batch size, not the data. Applies to the Spark launcher (``spark`` and ``bigdl``
+            backends).
     """
 
     log_output: bool = False
@@ -66,6 +73,7 @@ class OrcaSettings:
     worker_start_timeout_s: float = 300.0
     max_failures: int = 0
     ray_start_timeout_s: float = 120.0
+    worker_data_memory_mb: float = 2048.0
 
 
 @dataclass(frozen=True)
@@ -101,7 +109,7 @@ class RayRuntime:
 _REFERENCE_ONLY = {
     "pandas_read_backend": "the readers always use pandas",
     "serialize_data_creation": "data creators run concurrently",
-    "train_data_store": "data stays where it is (Spark or Ray), no choice needed",
+    "train_data_store": "use worker_data_memory_mb: a worker's share past it streams to local disk",
 }
 #: settings assigned on the class (``OrcaContext.log_output = True``), for every context started after
 _class_settings: dict[str, Any] = {}
@@ -112,6 +120,9 @@ def _check_setting(name: str, value: Any) -> None:
     if name in ("worker_timeout_s", "worker_start_timeout_s", "ray_start_timeout_s"):
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
             raise ValueError(f"{name} must be > 0 seconds, got {value!r}.")
+    elif name == "worker_data_memory_mb":
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not value >= 0:
+            raise ValueError(f"worker_data_memory_mb must be >= 0 (MB), got {value!r}.")
     elif name == "shard_size":
         if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
             raise ValueError(f"shard_size must be >= 1 or None, got {value!r}.")

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -82,6 +82,20 @@ def cut_part(part: dict[str, list[np.ndarray]], start: int, stop: int) -> dict[s
 def steps_per_epoch(total_rows: int, batch_size: int) -> int:
     """Global steps for one pass over ``total_rows`` with global ``batch_size``."""
     return max(1, -(-total_rows // batch_size)) if total_rows > 0 else 0
+
+
+class Rows(Protocol):
+    """What the training loop reads a worker's share through: the in-memory :class:`Feed` or a
+    share on disk (:class:`orca.core.engine.spill.DiskFeed`)."""
+
+    num_rows: int
+
+    def train_batches(self, counts: Sequence[int], rank: int, batch_size: int, epoch: int = 0,
+                      shuffle: bool = True, seed: int = 0) -> Iterator[Batch]:
+        """This worker's batches of one training epoch, in lock-step with the others."""
+
+    def batches(self, batch_size: int) -> Iterator[Batch]:
+        """Consecutive batches of at most ``batch_size`` rows."""
 
 
 class Feed:

@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 
 from orca.core.engine.errors import OrcaWorkerError, check_workers_fit
-from orca.core.engine.feed import Batch, Feed
+from orca.core.engine.feed import Batch, Feed, Rows
 from orca.core.engine.liveness import Liveness, beat
 from orca.core.engine.loop import FitArgs, evaluate_feed, run_fit, run_predict
 from orca.core.engine.metrics import make_metrics
@@ -155,7 +155,7 @@ def error_result(exc: BaseException, rank: int | None) -> dict[str, Any]:
             "traceback": "".join(traceback.format_exception(exc)), **worker_identity()}
 
 
-def fit_on_worker(runner: Runner, feed: Feed | None, val: Feed | None, counts: Sequence[int],
+def fit_on_worker(runner: Runner, feed: Rows | None, val: Rows | None, counts: Sequence[int],
                   args: FitArgs) -> dict[str, Any]:
     """One worker's part of ``fit``: train, then report the history, its digest and (rank 0) the state.
 

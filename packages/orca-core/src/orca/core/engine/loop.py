@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from orca.core.engine.callbacks import Callback
-from orca.core.engine.feed import Feed, steps_per_epoch
+from orca.core.engine.feed import Rows, steps_per_epoch
 from orca.core.engine.liveness import beat
 from orca.core.engine.metrics import Mean, Metric, make_metrics, merge_states
 from orca.core.engine.runner import Collective, Runner, SoloCollective
@@ -148,7 +148,7 @@ class CallbackList:
                 close()
 
 
-def _total_steps(counts: Sequence[int], feed: Feed | None, args: FitArgs) -> int | None:
+def _total_steps(counts: Sequence[int], feed: Rows | None, args: FitArgs) -> int | None:
     if feed is None:
         return args.steps_per_epoch * args.epochs if args.steps_per_epoch else None
     total = steps_per_epoch(int(sum(counts)), args.batch_size) * args.epochs
@@ -157,8 +157,8 @@ def _total_steps(counts: Sequence[int], feed: Feed | None, args: FitArgs) -> int
 
 def run_fit(
     runner: Runner,
-    feed: Feed | None,
-    val_feed: Feed | None,
+    feed: Rows | None,
+    val_feed: Rows | None,
     counts: Sequence[int],
     rank: int,
     args: FitArgs,
@@ -188,7 +188,7 @@ def run_fit(
         callbacks.close()
 
 
-def _fit_epochs(runner: Runner, feed: Feed | None, val_feed: Feed | None, counts: Sequence[int], rank: int,
+def _fit_epochs(runner: Runner, feed: Rows | None, val_feed: Rows | None, counts: Sequence[int], rank: int,
                 collective: Collective, args: FitArgs, callbacks: CallbackList) -> list[dict[str, Any]]:
     runner.stop_training = False
     metrics = make_metrics(args.metrics)
@@ -278,7 +278,7 @@ def _fit_epochs(runner: Runner, feed: Feed | None, val_feed: Feed | None, counts
     return history
 
 
-def run_predict(runner: Runner, feed: Feed, batch_size: int) -> list[np.ndarray]:
+def run_predict(runner: Runner, feed: Rows, batch_size: int) -> list[np.ndarray]:
     """Predict every row of ``feed``; returns one array per model output."""
     outs: list[list[np.ndarray]] = []
     for out in runner.predict_batches(feed.batches(batch_size)):

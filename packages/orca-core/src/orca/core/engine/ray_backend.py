@@ -29,7 +29,7 @@ import numpy as np
 
 from orca.core._net import find_free_ports
 from orca.core.engine.errors import OrcaWorkerError, WorkerLostError, check_workers_fit
-from orca.core.engine.feed import Feed, Slice, cut_part
+from orca.core.engine.feed import Feed, Rows, Slice, cut_part
 from orca.core.engine.group import (
     FitResult,
     ModelState,
@@ -48,6 +48,7 @@ from orca.core.engine.locality import Placement, local_first_slices, plan_actor_
 from orca.core.engine.loop import FitArgs
 from orca.core.engine.runner import Rendezvous, Runner, make_rendezvous
 from orca.core.engine.sources import DataSource, release_held
+from orca.core.engine.spill import FeedBuilder, close_feeds, feed_memory_bytes, part_bytes
 
 log = logging.getLogger("orca")
 
@@ -58,12 +59,24 @@ def _ray() -> Any:
     return ray
 
 
-def _load_slices(slices: Sequence[Slice]) -> Feed:
+#: object-store blocks an actor fetches at once while it loads its share
+_FETCH_BLOCKS = 8
+
+
+def _load_slices(slices: Sequence[Slice], memory_bytes: int | None = None) -> Rows:
+    """This actor's rows: in memory, or past ``memory_bytes`` on its local disk (the blocks are
+    fetched a few at a time, so a spilled share never sits whole in the actor's memory)."""
     ray = _ray()
     if not slices:
         return Feed([], [])
-    parts = ray.get([s[0] for s in slices])
-    return Feed.concat([cut_part(part, start, stop) for part, (_, start, stop) in zip(parts, slices, strict=True)])
+    builder: FeedBuilder[Any] = FeedBuilder(memory_bytes)
+    for i in range(0, len(slices), _FETCH_BLOCKS):
+        group = slices[i:i + _FETCH_BLOCKS]
+        for part, (_, start, stop) in zip(ray.get([s[0] for s in group]), group, strict=True):
+            piece = cut_part(part, start, stop)
+            builder.add(piece, part_bytes(piece))
+        beat("loading its data")
+    return builder.finish()
 
 
 class _WorkerFailure(Exception):
@@ -113,21 +126,24 @@ class _Worker:
         self._run(lambda: self.runner.set_state(state))  # type: ignore[union-attr]
 
     def fit(self, slices: list[Slice], val_slices: list[Slice] | None, counts: list[int],
-            args_blob: bytes) -> dict[str, Any]:
+            args_blob: bytes, memory_bytes: int | None = None) -> dict[str, Any]:
         import cloudpickle
 
         def fit() -> dict[str, Any]:
             args: FitArgs = cloudpickle.loads(args_blob)
             with beating(args.beat_to, self.rank or 0):
-                feed = _load_slices(slices) if args.creator is None else None
-                val = _load_slices(val_slices) if val_slices else None
+                feed = _load_slices(slices, memory_bytes) if args.creator is None else None
+                val = _load_slices(val_slices, memory_bytes) if val_slices else None
                 beat("loaded its data", force=True)
-                return fit_on_worker(self.runner, feed, val, counts, args)  # type: ignore[arg-type]
+                try:
+                    return fit_on_worker(self.runner, feed, val, counts, args)  # type: ignore[arg-type]
+                finally:
+                    close_feeds(feed, val)
 
         return self._run(fit)
 
     def evaluate(self, slices: list[Slice], blob: bytes, batch_size: int,
-                 beat_to: tuple[str, int, str] | None = None) -> dict[str, Any]:
+                 beat_to: tuple[str, int, str] | None = None, memory_bytes: int | None = None) -> dict[str, Any]:
         import cloudpickle
 
         def evaluate() -> dict[str, Any]:
@@ -135,17 +151,25 @@ class _Worker:
             runner = self.runner
             assert runner is not None
             with beating(beat_to, self.rank or 0):
-                batches = (runner.native_batches(creator, batch_size, False) if creator is not None
-                           else _load_slices(slices).batches(batch_size))
-                return evaluate_on_worker(runner, batches, metrics)
+                if creator is not None:
+                    return evaluate_on_worker(runner, runner.native_batches(creator, batch_size, False), metrics)
+                feed = _load_slices(slices, memory_bytes)
+                try:
+                    return evaluate_on_worker(runner, feed.batches(batch_size), metrics)
+                finally:
+                    close_feeds(feed)
 
         return self._run(evaluate)
 
     def predict(self, slices: list[Slice], batch_size: int,
-                beat_to: tuple[str, int, str] | None = None) -> list[np.ndarray]:
+                beat_to: tuple[str, int, str] | None = None, memory_bytes: int | None = None) -> list[np.ndarray]:
         def predict() -> list[np.ndarray]:
             with beating(beat_to, self.rank or 0):
-                return predict_on_worker(self.runner, _load_slices(slices), batch_size)  # type: ignore[arg-type]
+                feed = _load_slices(slices, memory_bytes)
+                try:
+                    return predict_on_worker(self.runner, feed, batch_size)  # type: ignore[arg-type]
+                finally:
+                    close_feeds(feed)
 
         return self._run(predict)
 
@@ -566,7 +590,8 @@ class RayWorkerGroup(WorkerGroup):
         args_blob = cloudpickle.dumps(args)
         has_val = val_source is not None and not val_source.is_creator
         try:
-            results = self._get([a.fit.remote(slices[r], val_slices[r] if has_val else None, counts, args_blob)
+            results = self._get([a.fit.remote(slices[r], val_slices[r] if has_val else None, counts, args_blob,
+                                              feed_memory_bytes())
                                  for r, a in enumerate(self.actors)], "fit", self._liveness())
         except (OrcaWorkerError, _ActorLost, TimeoutError) as exc:
             self.shutdown()  # the collectives of a failed step cannot be trusted
@@ -595,7 +620,7 @@ class RayWorkerGroup(WorkerGroup):
         def run() -> list[dict[str, Any]]:
             ((slices, _, refs),) = self._staged(state, (source, True))
             try:
-                return self._get([a.evaluate.remote(slices[r], blob, local_bs, self._beat_to())
+                return self._get([a.evaluate.remote(slices[r], blob, local_bs, self._beat_to(), feed_memory_bytes())
                                   for r, a in enumerate(self.actors)], "evaluate", self._liveness())
             finally:
                 release_held(refs)
@@ -610,7 +635,7 @@ class RayWorkerGroup(WorkerGroup):
             ((slices, _, refs),) = self._staged(state, (source, False))
             order = self.last_placement.order if self.last_placement is not None else None
             try:
-                outs = concat_outputs(self._get([a.predict.remote(slices[r], local_bs, self._beat_to())
+                outs = concat_outputs(self._get([a.predict.remote(slices[r], local_bs, self._beat_to(), feed_memory_bytes())
                                                  for r, a in enumerate(self.actors)], "predict", self._liveness()))
             finally:
                 release_held(refs)

@@ -23,9 +23,9 @@ import cloudpickle
 import numpy as np
 
 from orca.core._net import find_free_ports
-from orca.core.engine.convert import Part, table_to_part
+from orca.core.engine.convert import Part
 from orca.core.engine.errors import OrcaWorkerError, WorkerLostError
-from orca.core.engine.feed import Feed
+from orca.core.engine.feed import Feed, Rows
 from orca.core.engine.group import (
     FitResult,
     ModelState,
@@ -42,30 +42,39 @@ from orca.core.engine.liveness import beat, beating
 from orca.core.engine.loop import FitArgs
 from orca.core.engine.runner import Runner, make_rendezvous, solo_runner
 from orca.core.engine.sources import DataSource
+from orca.core.engine.spill import FeedBuilder, arrow_feed_builder, close_feeds, feed_memory_bytes, part_bytes
 
 log = logging.getLogger(__name__)
 
 TAG = "__orca_split__"
 
 
-def _barrier_worker(job: dict[str, Any], train_parts: list[Part], val_parts: list[Part]) -> bytes:
-    """Body of one barrier task: rendezvous, build the runner, train, return stats (+ state on
-    rank 0), sending heartbeats to the driver all along."""
+#: what a barrier task loads: (its training feed, its validation feed), either may be None
+Feeds = tuple[Rows | None, Rows | None]
+
+
+def _barrier_worker(job: dict[str, Any], load: Callable[[], Feeds]) -> bytes:
+    """Body of one barrier task: load its share (``load()``), rendezvous, build the runner, train,
+    return stats (+ state on rank 0), sending heartbeats to the driver all along."""
     from pyspark import BarrierTaskContext
 
     ctx = BarrierTaskContext.get()
     rank = ctx.partitionId()
     with beating(job["args"].beat_to, rank):
-        return _barrier_work(ctx, rank, job, train_parts, val_parts)
+        return _barrier_work(ctx, rank, job, load)
 
 
-def _barrier_work(ctx: Any, rank: int, job: dict[str, Any], train_parts: list[Part], val_parts: list[Part]) -> bytes:
+def _barrier_work(ctx: Any, rank: int, job: dict[str, Any], load: Callable[[], Feeds]) -> bytes:
     from orca.core.engine.child import host_runner
 
     runner = None
+    # a column the model cannot take fails the task here, before the rendezvous (Spark ends the
+    # other tasks of the stage; a failure after the rendezvous travels back as the rank's result)
+    with _rank_noted():
+        feeds = load()
     try:
-        feed = Feed.concat(train_parts) if job["creator"] is None else None
-        val = Feed.concat(val_parts) if job["has_val"] else None
+        feed = feeds[0] if job["creator"] is None else None
+        val = feeds[1] if job["has_val"] else None
         beat("loaded its data", force=True)
         infos = ctx.getTaskInfos()
         host = infos[rank].address.split(":")[0] or "127.0.0.1"
@@ -92,6 +101,8 @@ def _barrier_work(ctx: Any, rank: int, job: dict[str, Any], train_parts: list[Pa
             with contextlib.suppress(Exception):
                 runner.shutdown()
         return cloudpickle.dumps(error_result(exc, rank))
+    finally:
+        close_feeds(*feeds)
 
 
 @contextlib.contextmanager
@@ -267,7 +278,7 @@ class SparkWorkerGroup(WorkerGroup):
         sc = self.spark().sparkContext
         job = {"runner_cls": self.runner_cls, "spec": self.spec, "threads": self.threads, "state": state.value,
                "args": args, "has_val": val_source is not None and not val_source.is_creator,
-               "creator": source.obj if source.is_creator else None}
+               "creator": source.obj if source.is_creator else None, "feed_memory_bytes": feed_memory_bytes()}
         if val_source is not None and val_source.is_creator:
             args.val_creator = val_source.obj
         bc = sc.broadcast(cloudpickle.dumps(job))
@@ -298,21 +309,24 @@ class SparkWorkerGroup(WorkerGroup):
 
         def task(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
             job = cloudpickle.loads(bc.value)
-            nonempty = [b for b in batches if b.num_rows]
-            train: list[Part] = []
-            val: list[Part] = []
-            with _rank_noted():  # a column the model cannot take fails here, before the rendezvous
-                if nonempty:
-                    table = pa.Table.from_batches(nonempty)
+
+            def load() -> Feeds:
+                builders = [arrow_feed_builder(fcols, lcols, job["feed_memory_bytes"]) for _ in range(2)]
+                for b in batches:
+                    beat("loading its data")
+                    if not b.num_rows:
+                        continue
                     if not has_val:  # nothing to split: no filter, no copy of the rows
-                        train.append(table_to_part(table, fcols, lcols))
-                    else:
-                        tags = table.column(TAG).to_numpy()
-                        for flag, bucket in ((0, train), (1, val)):
-                            sub = table.filter(pa.array(tags == flag))
-                            if sub.num_rows:
-                                bucket.append(table_to_part(sub, fcols, lcols))
-            out = _barrier_worker(job, train, val)
+                        builders[0].add(b, b.nbytes)
+                        continue
+                    tags = b.column(TAG).to_numpy()
+                    for flag in (0, 1):
+                        sub = b.filter(pa.array(tags == flag))
+                        if sub.num_rows:
+                            builders[flag].add(sub, sub.nbytes)
+                return builders[0].finish(), builders[1].finish()
+
+            out = _barrier_worker(job, load)
             yield pa.RecordBatch.from_pydict({"payload": [out]})
 
         return [r["payload"] for r in df.mapInArrow(task, "payload binary", barrier=True).collect()]
@@ -330,11 +344,15 @@ class SparkWorkerGroup(WorkerGroup):
 
         def task(items: Iterator[tuple[int, Part]]) -> Iterator[bytes]:
             job = cloudpickle.loads(bc.value)
-            train: list[Part] = []
-            val: list[Part] = []
-            for tag, part in items:
-                (train if tag == 0 else val).append(part)
-            yield _barrier_worker(job, train, val)
+
+            def load() -> Feeds:
+                builders: list[FeedBuilder[Part]] = [FeedBuilder(job["feed_memory_bytes"]) for _ in range(2)]
+                for tag, part in items:
+                    beat("loading its data")
+                    builders[tag].add(part, part_bytes(part))
+                return builders[0].finish(), builders[1].finish()
+
+            yield _barrier_worker(job, load)
 
         return parts_rdd.barrier().mapPartitions(task).collect()
 
@@ -368,19 +386,22 @@ class SparkWorkerGroup(WorkerGroup):
         alone = source is None  # (the task must not capture the source: it holds the SparkContext)
         beat_to = self._beat_to()
 
-        def run(parts: list[Part]) -> bytes:
+        def run(load: Callable[[], Rows]) -> bytes:
             with beating(beat_to, 0):  # any task's progress is the job's (tasks run in waves)
+                feed = None if alone else load()  # a column the model cannot take fails the task here
                 try:
                     runner = cached_runner(bc)
-                    value = fn(runner) if alone else fn(runner, Feed.concat(parts))
+                    value = fn(runner) if feed is None else fn(runner, feed)
                     return cloudpickle.dumps({"value": value})
                 except Exception as exc:  # noqa: BLE001 - travels back to the driver with its traceback
                     return cloudpickle.dumps(error_result(exc, None))
+                finally:
+                    close_feeds(feed)
 
         def job() -> list[Any]:
             if source is None:
-                return sc.parallelize([0], 1).mapPartitions(lambda _: [run([])]).collect()
-            return self._map_parts(source, run, need_labels)
+                return sc.parallelize([0], 1).mapPartitions(lambda _: [run(lambda: Feed([], []))]).collect()
+            return self._map_parts(source, run, need_labels, feed_memory_bytes())
 
         try:
             with spark_errors(what):
@@ -391,7 +412,10 @@ class SparkWorkerGroup(WorkerGroup):
         raise_worker_errors(results, what)
         return [r["value"] for r in results]
 
-    def _map_parts(self, source: DataSource, fn: Any, need_labels: bool) -> list[bytes]:
+    def _map_parts(self, source: DataSource, fn: Callable[[Callable[[], Rows]], bytes], need_labels: bool,
+                   memory_bytes: int) -> list[bytes]:
+        """``fn(load)`` once per partition of ``source``, ``load()`` giving the partition's rows
+        (on disk past ``memory_bytes``, see :mod:`orca.core.engine.spill`)."""
         frame = source.spark_frame(need_labels)
         if frame is not None:
             import pyarrow as pa
@@ -399,13 +423,29 @@ class SparkWorkerGroup(WorkerGroup):
             fcols, lcols = source.columns(need_labels)
 
             def task(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-                nonempty = [b for b in batches if b.num_rows]
-                parts = [table_to_part(pa.Table.from_batches(nonempty), fcols, lcols)] if nonempty else []
-                yield pa.RecordBatch.from_pydict({"payload": [fn(parts)]})
+                def load() -> Rows:
+                    builder = arrow_feed_builder(fcols, lcols, memory_bytes)
+                    for b in batches:
+                        beat("loading its data")
+                        if b.num_rows:
+                            builder.add(b, b.nbytes)
+                    return builder.finish()
+
+                yield pa.RecordBatch.from_pydict({"payload": [fn(load)]})
 
             return [r["payload"] for r in frame.mapInArrow(task, "payload binary").collect()]
         rdd = source.spark_parts(self.spark(), need_labels)
-        return rdd.mapPartitions(lambda items: [fn(list(items))]).collect()
+
+        def parts_task(items: Iterator[Part]) -> list[bytes]:
+            def load() -> Rows:
+                builder: FeedBuilder[Part] = FeedBuilder(memory_bytes)
+                for part in items:
+                    builder.add(part, part_bytes(part))
+                return builder.finish()
+
+            return [fn(load)]
+
+        return rdd.mapPartitions(parts_task).collect()
 
 
 #: runners built on this Python worker, newest last, keyed by the digest of what built them

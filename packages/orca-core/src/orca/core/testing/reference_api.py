@@ -394,9 +394,9 @@ _CORE = (
         *(_a(n, UNSUPPORTED, note=w) for n, w in (
             ("pandas_read_backend", "the readers always use pandas"),
             ("serialize_data_creation", "data creators run concurrently"),
-            ("train_data_store", "data stays where it is (Spark or Ray), no choice needed"))),
+            ("train_data_store", "worker_data_memory_mb: a worker's share past it streams to local disk"))),
         *(_a(n, ORCA_ONLY) for n in ("worker_timeout_s", "worker_start_timeout_s", "max_failures",
-                                     "ray_start_timeout_s")),
+                                     "ray_start_timeout_s", "worker_data_memory_mb")),
     ), note="settings are per context: given to init_orca_context, or assigned on the class (the running "
             "context's and the next ones'); a reference-only setting assigned so raises TypeError"),
     Method("OrcaContext.get_spark_session", "orca.core:OrcaContext.get_spark_session"),
