@@ -25,6 +25,7 @@ class TestKerasConformance(EstimatorConformance, BadInputConformance):
     #: spark launcher runs in test_graph_conformance.py (the graph Estimator's default backend)
     launcher_backends = ("ray",)
     partition_backends = ("ray",)
+    spill_backends = ("bigdl",)  # the Spark launcher (the ray one runs in torch's and mxnet's CI)
     #: each liveness/recovery test starts fresh Keras workers (TF's start: 15-90 s a test on 2 cores);
     #: in CI the toy framework (both launchers), torch (spark) and mxnet (ray) run them for the
     #: shared engine; ORCA_FULL_MATRIX=1 (the GitHub workflow) runs Keras's too

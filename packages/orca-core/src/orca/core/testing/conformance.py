@@ -151,6 +151,9 @@ class EstimatorConformance:
     #: backends that run the liveness and recovery tests (a slow fit, a stalled worker, a worker
     #: killed mid-fit), the costliest: ``None``: ``launcher_backends``
     liveness_backends: tuple[str, ...] | None = None
+    #: backends that run the share-on-disk test (``None``: ``launcher_backends`` and
+    #: ``partition_backends``): one per launcher where a package can afford it
+    spill_backends: tuple[str, ...] | None = None
     #: backends that run the partition matrix (``None``: ``launcher_backends``); best on a launcher
     #: other than ``launcher_backends``'s, so that CI runs the package's runner on both launchers
     partition_backends: tuple[str, ...] | None = None
@@ -380,6 +383,45 @@ class EstimatorConformance:
             est.shutdown()
         for name, got in models.items():
             np.testing.assert_allclose(got, models["one"], atol=self.atol, rtol=1e-5, err_msg=name)
+
+    @pytest.mark.timeout(300)
+    def test_a_share_on_disk_gives_the_in_memory_model_and_predictions(self, backend: str,
+                                                                       orca_context: Any) -> None:
+        """``worker_data_memory_mb`` far below each worker's share (150 rows a worker): the share
+        streams to local disk, and without shuffling a fit from the same state ends at the model the
+        in-memory fit ends at (to ``atol``), with the same evaluation loss; prediction of in-process
+        data (through the workers' shares) gives the same rows. See docs/data-and-memory.md."""
+        from orca.core.context import OrcaContext
+
+        if self.spill_backends is not None:
+            skip_unless_runs_on(backend, self.spill_backends)
+        elif self.launcher_backends is not None and self.partition_backends is not None:
+            skip_unless_runs_on(backend, (*self.launcher_backends, *self.partition_backends))
+        x, y = regression_arrays(300, seed=4)
+        df = frame_with_layout(orca_context.spark_session(), x, y, [150, 150])
+        cols = {"feature_cols": ["x"], "label_cols": ["y"]}
+        est = self.fresh(backend)
+        before = OrcaContext.worker_data_memory_mb
+        out: dict[str, Any] = {}
+        try:
+            if self.supports_fit:  # one step first, so the start state is the driver's
+                est.fit(df, epochs=1, batch_size=300, shuffle=False, **cols)
+                start = est.get_state()
+            for mode, memory_mb in (("memory", before), ("disk", 0.001)):
+                OrcaContext.worker_data_memory_mb = memory_mb
+                if self.supports_fit:
+                    est.set_state(start)
+                    est.fit(df, epochs=2, batch_size=32, shuffle=False, **cols)
+                    out[mode + "_loss"] = est.evaluate(df, batch_size=64, **cols)["val_loss"]
+                out[mode] = np.asarray(est.predict(x, batch_size=64)).reshape(-1)
+        finally:
+            OrcaContext.worker_data_memory_mb = before
+            est.shutdown()
+        np.testing.assert_allclose(out["disk"], out["memory"], atol=self.atol, rtol=1e-5)
+        np.testing.assert_allclose(out["disk"], self.single_process_predict(est, x).reshape(-1), atol=self.atol,
+                                   rtol=1e-5)
+        if self.supports_fit:
+            assert out["disk_loss"] == pytest.approx(out["memory_loss"], rel=1e-4, abs=self.atol)
 
     @pytest.mark.timeout(300)
     def test_an_exception_in_a_worker_reaches_the_driver_with_its_traceback(self, backend: str, trained: Any,
