@@ -135,6 +135,9 @@ class TestNumpyToyConformance(EstimatorConformance, BadInputConformance):
     #: the suite's partition matrix runs here as test_any_partition_layout_trains_and_predicts_exactly_as_one_process
     #: below: exact against hand-computed gradient descent, on DataFrames and XShards (not twice, CI time)
     test_any_partition_layout_trains_the_same_model_and_predicts_every_row = None
+    #: and the share-on-disk test as test_a_share_over_worker_data_memory_mb_trains_from_disk_with_the_in_memory_weights
+    #: (which also sees each rank's files, and trains with the window shuffle)
+    test_a_share_on_disk_gives_the_in_memory_model_and_predictions = None
 
     def make_estimator(self, backend: str) -> NumpyEstimator:
         return NumpyEstimator.from_numpy(backend=backend)
