@@ -45,6 +45,48 @@ def test_data_parallel_sgd_equals_single_process_on_the_same_global_batches(orca
     assert got == pytest.approx(want, abs=1e-6)
 
 
+def test_one_worker_trains_exactly_as_the_plain_torch_loop_and_skips_a_non_finite_step(orca_context):
+    """One worker takes the plain loop's path (fresh gradients each step, nothing to all-reduce): SGD with
+    momentum and weight decay over the same batches ends at the plain loop's weights to 1e-6; with
+    skip_non_finite_steps a batch whose gradient overflows is left out, as if the plain loop skipped it."""
+    rng = np.random.default_rng(2)
+    x = rng.normal(size=(48, 4)).astype(np.float32)
+    y = (x @ np.array([1.0, -2.0, 0.5, 3.0], np.float32))[:, None].astype(np.float32)
+    bad = x.copy()
+    bad[20, 1] = 3e38  # in the second batch of 16: finite, but its squared error overflows float32
+
+    def optim(model, config):
+        return torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9, weight_decay=0.01)
+
+    def plain(skip_step=None):
+        torch.manual_seed(0)
+        model = LinearNet()
+        opt = optim(model, None)
+        for _epoch in range(2):
+            for step, start in enumerate(range(0, 48, 16)):
+                if step == skip_step:
+                    continue
+                opt.zero_grad()
+                nn.MSELoss()(model(torch.from_numpy(x[start:start + 16])), torch.from_numpy(y[start:start + 16])).backward()
+                opt.step()
+        return [p.detach().numpy().copy() for p in model.parameters()]
+
+    for data, skip, want in (({"x": x, "y": y}, False, plain()), ({"x": bad, "y": y}, True, plain(skip_step=1))):
+        torch.manual_seed(0)
+        est = Estimator.from_torch(model=LinearNet(), optimizer=optim, loss=nn.MSELoss(), backend="spark",
+                                   workers_per_node=1)
+        try:
+            hist = est.fit(data, epochs=2, batch_size=16, shuffle=False, skip_non_finite_steps=skip)
+            got = [p.detach().numpy() for p in est.get_model().parameters()]
+        finally:
+            est.shutdown()
+        assert est.num_workers == 1
+        if skip:
+            assert [h["skipped_steps"] for h in hist] == [1, 1]
+        for g, w in zip(got, want, strict=True):
+            np.testing.assert_allclose(g, w, rtol=0, atol=1e-6)
+
+
 def test_skewed_and_empty_shards_keep_exact_global_batches(orca_context):
     """Worker 0 gets 6 rows, worker 1 gets 0 rows of the first shard...: every step still uses the global batch."""
     x = (np.arange(1, 9, dtype=np.float64) / 8).reshape(-1, 1).astype(np.float32)

@@ -107,9 +107,11 @@ class TorchRunner(Runner):
                 and first.dim() == target.dim() + 1 and first.shape[-1] == 1):
             target = target.unsqueeze(-1)  # (n, 1) outputs against (n,) scalar targets
         if (isinstance(self.loss_fn, (nn.CrossEntropyLoss, nn.NLLLoss)) and first is not None and first.dim() >= 2
-                and isinstance(target, torch.Tensor) and not target.is_floating_point()):
+                and isinstance(target, torch.Tensor) and not target.is_floating_point() and target.numel()):
             classes, ignore = int(first.shape[1]), self.loss_fn.ignore_index
-            if bool((((target < 0) | (target >= classes)) & (target != ignore)).any()):  # on the labels' device
+            lo, hi = torch.aminmax(target)  # one pass on the labels' device; the full check only when it fails
+            if (int(lo) < 0 or int(hi) >= classes) and bool((((target < 0) | (target >= classes))
+                                                            & (target != ignore)).any()):
                 check_class_indices(target.detach().cpu().numpy(), classes, type(self.loss_fn).__name__, ignore)
         try:
             return self.loss_fn(out, target)
@@ -136,8 +138,8 @@ class TorchRunner(Runner):
         Backward accumulates straight into it and the all-reduce works on it in place, so a
         step copies no gradient (DDP's ``gradient_as_bucket_view`` idea, in one bucket).
         """
-        params = [p for p in self.model.parameters() if p.requires_grad]
         flat = getattr(self, "_flat_grad", None)
+        params = self._grad_params if flat is not None else [p for p in self.model.parameters() if p.requires_grad]
         if flat is None or any(p.grad is None or p.grad.data_ptr() != v.data_ptr()
                                for p, v in zip(params, self._grad_views, strict=True)):
             flat = torch.zeros(sum(p.numel() for p in params), dtype=self.float_dtype)
@@ -147,7 +149,7 @@ class TorchRunner(Runner):
                 p.grad = view
                 views.append(view)
                 offset += p.numel()
-            self._flat_grad, self._grad_views = flat, views
+            self._flat_grad, self._grad_views, self._grad_params = flat, views, params
         return flat
 
     def _sync_gradients(self, flat: torch.Tensor) -> None:
@@ -157,20 +159,31 @@ class TorchRunner(Runner):
     def train_batch(self, batch: Batch, skip_non_finite: bool = False) -> float | None:
         if self.optimizer is None:
             raise ValueError("no optimizer was given to from_torch(optimizer=...); it is needed to train.")
-        self.model.train()
-        flat = self._grad_buffer()
-        flat.zero_()
+        if not self.model.training:  # (not every step: train() walks every module)
+            self.model.train()
+        alone = self.world == 1  # nothing to all-reduce: no flat buffer to zero, fresh gradients as plain torch
+        if alone:
+            self.optimizer.zero_grad(set_to_none=True)
+        else:
+            flat = self._grad_buffer()
+            flat.zero_()
         value = 0.0
         if batch.size > 0:
             out = self._forward(batch.x)
             loss = self._loss(out, [_tensor(a, self.float_dtype) for a in batch.y])
-            (loss * batch.weight).backward()
+            (loss if alone and batch.weight == 1.0 else loss * batch.weight).backward()
             value = float(loss.detach())
-        self._sync_gradients(flat)
-        if skip_non_finite and not bool(torch.isfinite(flat).all()):
+        if not alone:
+            self._sync_gradients(flat)
+        if skip_non_finite and not self._finite_gradients(None if alone else flat):
             return None  # the same reduced gradient on every rank: every rank skips this step
         self.optimizer.step()
         return value
+
+    def _finite_gradients(self, flat: torch.Tensor | None) -> bool:
+        if flat is not None:
+            return bool(torch.isfinite(flat).all())
+        return all(bool(torch.isfinite(p.grad).all()) for p in self.model.parameters() if p.grad is not None)
 
     def eval_batch(self, batch: Batch) -> tuple[float, list[np.ndarray]]:
         self.model.eval()
