@@ -345,14 +345,17 @@ def test_skipping_steps_is_refused_on_the_driver_where_the_runner_cannot(orca_co
 
 
 @pytest.mark.timeout(120)
-def test_a_dropped_estimator_gives_its_ray_cpus_back_and_a_held_one_is_named(ray_runtime: Any) -> None:
+def test_a_dropped_estimator_gives_its_ray_cpus_back_and_a_held_one_is_named(ray_runtime: Any,
+                                                                             monkeypatch: Any) -> None:
     """Ray has 2 CPUs here and each Estimator's 2 workers take both. While one Estimator holds them,
     another's fit fails on the driver saying so (after a short wait), and the holder is listed by
     ``live_worker_groups`` (what the test plugin uses to fail a module that leaves workers up). An
     Estimator the user dropped while it sat in a reference cycle gives its CPUs back without a
     shutdown: the driver collects garbage before it gives up."""
+    from orca.core.engine import ray_backend
     from orca.core.engine.ray_backend import live_worker_groups
 
+    monkeypatch.setattr(ray_backend, "FREE_CPUS_WAIT_S", 1.0)  # the failing launch waits 1 s, not 10 (CI time)
     x, y = regression_arrays()
     holder = NumpyEstimator.from_numpy(backend="ray")
     other = NumpyEstimator.from_numpy(backend="ray")

@@ -31,6 +31,8 @@ class TestGraphConformance(EstimatorConformance):
     launcher_backends = ()
     #: the partition matrix on the spark launcher runs here (the Keras suite runs it on ray)
     partition_backends = ("spark",)
+    #: the share-on-disk test runs for the Keras Estimator on the same launcher (bigdl; CI time)
+    spill_backends = ()
 
     @pytest.fixture(scope="class", params=["spark"])
     @classmethod

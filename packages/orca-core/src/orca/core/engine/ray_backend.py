@@ -286,14 +286,18 @@ def _in_data_order(outs: list[np.ndarray], order: list[list[tuple[int, int]]] | 
     return result
 
 
-def _free_cpus(need: float, wait_s: float = 10.0) -> float:
+#: how long a launch waits for CPUs that recently killed actors still hold
+FREE_CPUS_WAIT_S = 10.0
+
+
+def _free_cpus(need: float, wait_s: float | None = None) -> float:
     """Free CPUs in the Ray cluster, waiting briefly for recently killed actors to release theirs.
 
     When short, it first collects garbage once: an Estimator the user dropped while it sat in a
     reference cycle still holds its actors until the collector frees their handles (then Ray
     ends them)."""
     ray = _ray()
-    deadline = time.monotonic() + wait_s
+    deadline = time.monotonic() + (FREE_CPUS_WAIT_S if wait_s is None else wait_s)
     collected = False
     while True:
         free = float(ray.available_resources().get("CPU", 0.0))
