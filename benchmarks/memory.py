@@ -18,7 +18,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import subprocess
 import sys
 import tempfile
 import time
@@ -90,27 +89,20 @@ def one_fit(backend: str, rows: int, memory_mb: float | None, out: str) -> dict[
 
 
 def measure(base_rows: int, scales: list[int], backends: list[str], timeout_s: float) -> dict[str, Any]:
-    """Every (backend, mode, scale) in its own process."""
-    from harness import env
+    """Every (backend, mode, scale) in its own process (``--one``, through the harness's run_child)."""
+    from harness import run_child
 
     res: dict[str, Any] = {"base_rows": base_rows, "width": WIDTH, "disk_mb": DISK_MB, "runs": []}
     for backend in backends:
         for mode in ("memory", "disk"):
             for s in scales:
-                with tempfile.TemporaryDirectory() as tmp:
-                    out = Path(tmp) / "result.json"
-                    cmd = [sys.executable, __file__, "--one", backend, str(base_rows * s),
-                           str(DISK_MB if mode == "disk" else -1), "--out", str(out)]
-                    proc = subprocess.run(cmd, env=env(), capture_output=True, text=True, timeout=timeout_s)
-                    run: dict[str, Any] = {"backend": backend, "mode": mode, "scale": s}
-                    if proc.returncode != 0 or not out.exists():
-                        run["error"] = (proc.stdout + proc.stderr)[-2000:]
-                    else:
-                        run.update(json.loads(out.read_text()))
-                    res["runs"].append(run)
-                    print(f"  {backend:6} {mode:6} x{s:<3} "
-                          + (f"peak {run['peak_mb']:8.0f} MB  {run['rows_per_s']:10,.0f} rows/s" if "peak_mb" in run
-                             else "FAILED"), flush=True)
+                out = run_child("memory.py", ["--one", backend, str(base_rows * s),
+                                              str(DISK_MB if mode == "disk" else -1)], timeout_s)
+                run: dict[str, Any] = {"backend": backend, "mode": mode, "scale": s, **out}
+                res["runs"].append(run)
+                print(f"  {backend:6} {mode:6} x{s:<3} "
+                      + (f"peak {run['peak_mb']:8.0f} MB  {run['rows_per_s']:10,.0f} rows/s" if "peak_mb" in run
+                         else f"FAILED: {run.get('error')}"), flush=True)
     return res
 
 

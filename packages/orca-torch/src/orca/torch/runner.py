@@ -171,7 +171,7 @@ class TorchRunner(Runner):
         if batch.size > 0:
             out = self._forward(batch.x)
             loss = self._loss(out, [_tensor(a, self.float_dtype) for a in batch.y])
-            (loss if alone and batch.weight == 1.0 else loss * batch.weight).backward()
+            (loss if batch.weight == 1.0 else loss * batch.weight).backward()
             value = float(loss.detach())
         if not alone:
             self._sync_gradients(flat)

@@ -108,33 +108,28 @@ class FeedBuilder(Generic[T]):
         self._held = 0
         self._disk: DiskFeed | None = None
 
-    @property
-    def spilled(self) -> bool:
-        """True once the share went to disk."""
-        return self._disk is not None
-
     def add(self, item: T, nbytes: int) -> None:
         """Take one item of ``nbytes`` bytes."""
         if self._disk is not None:
-            self._write(item)
+            self._write(self.to_part(item))
             return
         self._items.append(item)
         self._held += int(nbytes)
         if self.memory_bytes is not None and self._held > self.memory_bytes:
-            first = self.to_part(self._items[0])
-            objects = [i for i, a in enumerate(first["x"] + first.get("y", [])) if a.dtype == object]
-            if objects:  # Python objects (strings) have no raw layout on disk: the share stays in memory
+            first = self.to_part(self._items[0])  # converted once: checked, then written
+            if any(a.dtype == object for a in first["x"] + first.get("y", [])):
+                # Python objects (strings) have no raw layout on disk: the share stays in memory
                 log.warning("this worker's share is over worker_data_memory_mb=%.0f but has columns of Python "
                             "objects (strings), which cannot go to disk: it stays in memory.",
                             self.memory_bytes / (1 << 20))
                 self.memory_bytes = None
                 return
-            items, self._items, self._held = self._items, [], 0
-            for it in items:
-                self._write(it)
+            rest, self._items, self._held = self._items[1:], [], 0
+            self._write(first)
+            for it in rest:
+                self._write(self.to_part(it))
 
-    def _write(self, item: T) -> None:
-        part = self.to_part(item)
+    def _write(self, part: Part) -> None:
         if _part_rows(part) == 0:
             return
         if self._disk is None:
