@@ -14,14 +14,18 @@ PROBE = "import ray; ray.init(address=%r, log_to_driver=False); print(len(ray.no
 def joins(address, env):
     out = subprocess.run([sys.executable, "-c", PROBE % address], env=dict(os.environ, **env), capture_output=True,
                          text=True, timeout=120)
-    return out.returncode == 0
+    return out.returncode == 0 if not env.get("WHY") else ("InvalidAuthToken" in out.stderr)
 
 report = {"env_before": os.environ.get("RAY_AUTH_MODE")}
 ctx = init_orca_context(runtime="ray", cores=1)
 rt, env = ctx.ray_runtime(), ctx.ray_join_env()
 report["first"] = {"auth": rt.auth, "mode": env["RAY_AUTH_MODE"], "token_len": len(env.get("RAY_AUTH_TOKEN", "")),
                    "with_token": joins(rt.address, env),
-                   "wrong_token": joins(rt.address, dict(env, RAY_AUTH_TOKEN="0" * 64))}
+                   # Ray retries a refused connection for 20 s unless told: 2 tries are enough here
+                   "wrong_token": joins(rt.address, dict(env, RAY_AUTH_TOKEN="0" * 64,
+                                                         RAY_gcs_server_port_wait_time_s="2")),
+                   "refused_for_the_token": joins(rt.address, dict(env, RAY_AUTH_TOKEN="0" * 64, WHY="1",
+                                                                   RAY_gcs_server_port_wait_time_s="2"))}
 first_token = env["RAY_AUTH_TOKEN"]
 stop_orca_context()
 report["env_after"] = [os.environ.get("RAY_AUTH_MODE"), os.environ.get("RAY_AUTH_TOKEN")]
@@ -47,6 +51,7 @@ def test_a_context_ray_has_token_auth_on_and_refuses_a_wrong_token(auth_report):
     assert first["auth"] is True and first["mode"] == "token" and first["token_len"] == 64
     assert first["with_token"] is True
     assert first["wrong_token"] is False
+    assert first["refused_for_the_token"] is True  # Ray said InvalidAuthToken, not some other failure
 
 
 @pytest.mark.timeout(600)
