@@ -25,6 +25,9 @@ class TestBigDLBadInputs(BadInputConformance):
     supports_workers_per_node = False
     supports_checkpoints = False
     refuses_mixed_validation_kinds = False  # each is turned into a DataFrame of its own
+    supports_backend_argument = False  # from_bigdl takes no backend: BigDL's engine is the one
+    supports_save_load = True
+    batch_size_above_rows_trains = False  # BigDL's engine trains on full batches only: refused on the driver
 
     @pytest.fixture(scope="class", params=["bigdl"])
     @classmethod

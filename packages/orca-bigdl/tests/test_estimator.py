@@ -151,8 +151,8 @@ def test_tensorboard_summaries_are_kept_and_read_back_with_tensorboards_reader(d
 
 
 def test_an_mlflow_run_holds_every_epoch_and_the_bigdl_model(df, regression, tmp_path):
-    """set_mlflow against a real sqlite tracking store: one run with the History's train_loss at
-    every epoch, and BigDL's model file as the ``model`` artifact, which ``load`` reads back to the
+    """set_mlflow against a real sqlite tracking store: one run with the worker count and the optim
+    method's hyper-parameters, the History's train_loss at every epoch, and BigDL's model file as the ``model`` artifact, which ``load`` reads back to the
     same predictions."""
     from orca.core.testing.tracking import mlflow_store
 
@@ -164,6 +164,8 @@ def test_an_mlflow_run_holds_every_epoch_and_the_bigdl_model(df, regression, tmp
     (run_id,) = logger.run_ids
     run = client.get_run(run_id)
     assert run.info.status == "FINISHED" and run.data.params["backend"] == "bigdl"
+    assert run.data.params["num_workers"] == str(est.num_workers)  # and the optim method's hyper-parameters:
+    assert run.data.params["optimizer"] == "SGD" and float(run.data.params["optimizer.learningRate"]) == 0.1
     points = client.get_metric_history(run_id, "train_loss")
     assert [p.step for p in points] == [1, 2]
     np.testing.assert_allclose([p.value for p in points], hist.history["train_loss"], rtol=1e-12)

@@ -31,6 +31,8 @@ class TestMXNetConformance(EstimatorConformance, BadInputConformance):
     partition_backends = ("spark",)
     supports_class_labels = True
     has_model_arguments = True
+    supports_save_load = True
+    model_suffix = ".params"
 
     @pytest.fixture(scope="class", params=["ray", "spark"])
     @classmethod

@@ -133,7 +133,8 @@ def test_an_mlflow_run_holds_a_pyfunc_model_of_the_exported_block(orca_context, 
     est = Estimator.from_mxnet(config=create_config(optimizer="sgd", optimizer_params={"learning_rate": 0.05}, seed=0),
                                model_creator=linear_creator(), loss_creator=l2_loss, workers_per_node=2)
     try:
-        local = fit_and_fetch_model(est, lambda: est.fit((x, y), epochs=2, batch_size=16), tmp_path)
+        local = fit_and_fetch_model(est, lambda: est.fit((x, y), epochs=2, batch_size=16), tmp_path,
+                                    params={"optimizer": "sgd", "optimizer.learning_rate": 0.05})
         got = mlflow.pyfunc.load_model(local).predict(x)
         np.testing.assert_allclose(np.asarray(got).reshape(-1), np.asarray(est.predict(x)).reshape(-1),
                                    rtol=1e-5, atol=1e-5)

@@ -12,6 +12,8 @@ class TestOpenVINOConformance(EstimatorConformance, BadInputConformance):
     supports_fit = False
     supports_save = False  # IR is an .xml + .bin pair; save/load has its own test
     has_model_arguments = True
+    supports_save_load = True
+    model_suffix = ".xml"  # the .bin goes beside it; load reads both
 
     @pytest.fixture(scope="class", params=["spark", "ray"])
     @classmethod

@@ -32,6 +32,8 @@ class TestKerasConformance(EstimatorConformance, BadInputConformance):
     liveness_backends = ()
     supports_class_labels = True
     has_model_arguments = True
+    supports_save_load = True
+    model_suffix = ".keras"
 
     @pytest.fixture(scope="class", params=["ray", "spark", "bigdl"])
     @classmethod

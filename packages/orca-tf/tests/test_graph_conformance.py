@@ -1,10 +1,13 @@
-"""orca-core's Estimator conformance suite (behaviour, liveness, recovery from killed workers)
-run against the TF1 graph Estimator, ``Estimator.from_graph``, on its default backend."""
+"""orca-core's Estimator conformance suite (behaviour, liveness, recovery from killed workers) and
+its bad-input matrix, run against the TF1 graph Estimator, ``Estimator.from_graph``, on its default
+backend."""
+
 
 import numpy as np
 import pytest
 import tensorflow as tf
 
+from orca.core.testing.bad_inputs import BadInputConformance
 from orca.core.testing.conformance import EstimatorConformance
 from orca.tf import Estimator
 
@@ -24,7 +27,7 @@ def linear_graph():
     return x, y, pred, loss
 
 
-class TestGraphConformance(EstimatorConformance):
+class TestGraphConformance(EstimatorConformance, BadInputConformance):
     #: the launcher-level tests (a slow fit, a stalled worker, recovery after a kill) run for the Keras
     #: Estimator (test_conformance.py); the graph runner's part of them (its state) is checked by the
     #: save/load, failing-call and killed-worker tests here (CI time; ORCA_FULL_MATRIX=1 runs them too)
@@ -33,6 +36,11 @@ class TestGraphConformance(EstimatorConformance):
     partition_backends = ("spark",)
     #: the share-on-disk test runs for the Keras Estimator on the same launcher (bigdl; CI time)
     spill_backends = ()
+    #: the bad-input matrix: its driver-side cases run here (the worker-side ones, on the shared
+    #: engine, run for the Keras Estimator on ray in CI; ORCA_FULL_MATRIX=1 runs them here too)
+    supports_data_creator = True  # f(config, batch_size) returning a batched tf.data.Dataset
+    supports_save_load = True
+    model_suffix = ""  # save/load take a TF checkpoint prefix: <prefix>.index, .data-*, .meta
 
     @pytest.fixture(scope="class", params=["spark"])
     @classmethod
@@ -44,6 +52,10 @@ class TestGraphConformance(EstimatorConformance):
         return Estimator.from_graph(inputs=x, outputs=pred, labels=y, loss=loss,
                                     optimizer=v1.train.GradientDescentOptimizer(0.05), backend=backend,
                                     workers_per_node=2, verbose=0)
+
+    def model_files(self, path):
+        """load reads the checkpoint's index first (then the .data-* it points to)."""
+        return [path + ".index"]
 
     def single_process_predict(self, est, x):
         """The trained variables in plain numpy: ``x @ w + b``."""

@@ -201,7 +201,8 @@ def test_an_mlflow_run_holds_the_model_with_the_keras_or_tensorflow_flavour(orca
     x, y = regression(64)
     est = Estimator.from_keras(model_creator=creator(lr=0.05), backend="bigdl", workers_per_node=2, verbose=0)
     try:
-        local = fit_and_fetch_model(est, lambda: est.fit((x, y), epochs=2, batch_size=16), tmp_path)
+        local = fit_and_fetch_model(est, lambda: est.fit((x, y), epochs=2, batch_size=16), tmp_path,
+                                    params={"optimizer": "SGD", "optimizer.learning_rate": 0.05})
         flavour = mlflow.keras if creator is linear_creator else mlflow.tensorflow
         loaded = flavour.load_model(local)
         np.testing.assert_allclose(np.asarray(loaded(x)), est.predict(x), rtol=1e-5, atol=1e-5)

@@ -18,8 +18,15 @@ class TestTorchConformance(EstimatorConformance, BadInputConformance):
     #: the share-on-disk test on the Spark launcher (bigdl reads its share the same way; ray's runs in
     #: mxnet's CI and the toy's; ORCA_FULL_MATRIX=1 runs every backend)
     spill_backends = ("spark",)
+    #: TensorBoard's read-back on the warm ray workers (the summaries are written on the driver)
+    tensorboard_backends = ("ray",)
     supports_class_labels = True
     has_model_arguments = True
+    supports_save_load = True
+    model_suffix = ".pt"
+    needs_a_model_to_predict = True  # from_torch(model=None), to load() an entire model later
+    #: issue 22 found these two on the bigdl backend: CI checks them there too
+    worker_cases_also_on = {"bigdl": ("empty_dataframe", "nan_in_feature_column")}
 
     @pytest.fixture(scope="class", params=["bigdl", "ray", "spark"])
     @classmethod
@@ -35,6 +42,9 @@ class TestTorchConformance(EstimatorConformance, BadInputConformance):
         torch.manual_seed(0)
         return Estimator.from_torch(model=nn.Linear(4, 3), optimizer=sgd(0.05), loss=nn.CrossEntropyLoss(),
                                     backend=backend, workers_per_node=2)
+
+    def make_unfitted_estimator(self, backend):
+        return Estimator.from_torch(model=None, loss=nn.MSELoss(), backend=backend, workers_per_node=2)
 
     def wrong_kind_arguments(self):
         def make(**wrong):

@@ -28,8 +28,11 @@ from orca.core.plugin import (
     NotFittedError,
     ShardsSource,
     check_positive_int,
+    check_writable,
     get_data_source,
     is_spark_df,
+    reading_model_file,
+    require_model_file,
 )
 
 #: metric names -> BigDL validation method class names (in bigdl.dllib.optim.optimizer)
@@ -212,10 +215,13 @@ class Estimator:
                 loss, or ``checkpoint_trigger`` without ``model_dir``.
             TypeError: an unsupported data type.
         """
-        self._notify({"event": "fit_begin", "params": {
-            "estimator": type(self).__name__, "backend": "bigdl", "epochs": epochs, "batch_size": batch_size,
-            "start_epoch": self._epoch, "optimizer": type(self.optimizer).__name__ if self.optimizer else "SGD",
-            "loss": type(self.loss).__name__}})
+        if self.fit_listeners:  # (the parameters start BigDL's engine: only when someone listens)
+            from orca.core.engine.tracking import hyperparameters
+
+            self._notify({"event": "fit_begin", "params": {
+                "estimator": type(self).__name__, "backend": "bigdl", "num_workers": self.num_workers,
+                "epochs": epochs, "batch_size": batch_size, "start_epoch": self._epoch,
+                "loss": type(self.loss).__name__, **hyperparameters(self._optimizer_params())}})
         try:
             history = self._fit(data, epochs, batch_size, feature_cols, label_cols, caching_sample, validation_data,
                                 validation_trigger, checkpoint_trigger)
@@ -226,6 +232,30 @@ class Estimator:
             self._notify({"event": "epoch", **stats})
         self._notify({"event": "fit_end", "history": [dict(h) for h in history], "restarts": []})
         return history
+
+    def _optimizer_params(self) -> dict[str, Any]:
+        """The optim method's class and hyper-parameters (``learningRate``, ``momentum``, ``beta1``...),
+        read from its JVM object's fields (BigDL's Python wrappers keep none), for MLflow's run
+        parameters; the default ``SGD()`` is made here when ``from_bigdl`` was given none."""
+        from bigdl.dllib.optim.optimizer import SGD
+
+        with quiet():
+            if self.optimizer is None:
+                self.optimizer = SGD()
+            out: dict[str, Any] = {"optimizer": type(self.optimizer).__name__}
+            try:
+                jvalue = self.optimizer.value
+                for field in jvalue.getClass().getDeclaredFields():
+                    name = field.getName()
+                    if "$" in name or name in ("state", "ev"):
+                        continue
+                    field.setAccessible(True)
+                    value = field.get(jvalue)
+                    if isinstance(value, (bool, int, float, str)):
+                        out[name] = value
+            except Exception:  # noqa: BLE001 - a JVM object without readable fields: its class alone
+                pass
+        return out
 
     def _notify(self, event: dict[str, Any]) -> None:
         from orca.core.engine.estimator import notify_listeners
@@ -253,6 +283,9 @@ class Estimator:
             rows = df.count()
         if rows == 0:
             raise ValueError("data: the data has no rows; fit needs at least one (df.count() > 0).")
+        if batch_size > rows:  # BigDL's engine fails deep in a task ("samples's size doesn't match mini batch size")
+            raise ValueError(f"batch_size={batch_size} is more than the {rows} rows of data: BigDL trains on full "
+                             f"batches only; use batch_size <= {rows} (a multiple of its workers).")
         board = getattr(self, "_tensorboard", None)
         logs, app = board if board is not None else (tempfile.mkdtemp(prefix="orca-bigdl-"), "orca")
         try:
@@ -401,17 +434,21 @@ class Estimator:
         return self.save(path)
 
     # ------------------------------------------------------------ TensorBoard
-    def set_tensorboard(self, log_dir: str, app_name: str) -> None:
+    def set_tensorboard(self, log_dir: str, app_name: str = "orca") -> None:
         """Keep the TensorBoard summaries BigDL writes during the next fits in
         ``log_dir/app_name/{train,validation}`` (BigDL writes them itself: ``Loss`` and
         ``Throughput`` per iteration, validation results per validation), as the reference did.
+
+        Args:
+            log_dir: the folder TensorBoard reads (``tensorboard --logdir log_dir``).
+            app_name: the run's subfolder (default ``"orca"``).
 
         Raises:
             TypeError: ``log_dir`` or ``app_name`` is not a string (or ``app_name`` is empty).
         """
         if not isinstance(log_dir, str) or not isinstance(app_name, str) or not app_name:
-            raise TypeError("set_tensorboard(log_dir, app_name) takes two strings, e.g. "
-                            "set_tensorboard('/tmp/logs', 'lenet').")
+            raise TypeError("set_tensorboard(log_dir, app_name='orca') takes strings, e.g. "
+                            "set_tensorboard('/tmp/logs') or set_tensorboard('/tmp/logs', 'lenet').")
         os.makedirs(log_dir, exist_ok=True)
         self._tensorboard = (log_dir, app_name)
 
@@ -436,7 +473,7 @@ class Estimator:
     def _summary(self, which: int, tag: str) -> np.ndarray:
         summaries = getattr(self, "_summaries", None)
         if getattr(self, "_tensorboard", None) is None or summaries is None or summaries[which] is None:
-            raise ValueError(f"no summaries: call set_tensorboard(log_dir, app_name) and fit"
+            raise ValueError(f"no summaries: call set_tensorboard(log_dir) and fit"
                              f"{' with validation_data' if which else ''} first to record {tag!r}.")
         with quiet():
             return np.asarray(summaries[which].read_scalar(tag), dtype=np.float64)
@@ -465,6 +502,7 @@ class Estimator:
         Returns:
             ``path``.
         """
+        check_writable(path)
         ensure_engine()
         with quiet():
             self.model.saveModel(path, over_write=True)
@@ -475,13 +513,13 @@ class Estimator:
 
         Raises:
             FileNotFoundError: ``path`` does not exist.
+            ValueError: the file is not a model :meth:`save` wrote (a damaged or foreign file).
         """
         from bigdl.dllib.nn.layer import Model
 
-        if not os.path.exists(path):
-            raise FileNotFoundError(f"no saved model at {path!r}.")
+        require_model_file(path, os.path.exists(path))
         ensure_engine()
-        with quiet():
+        with quiet(), reading_model_file(path):
             self.model = Model.loadModel(path)
 
     def load_orca_checkpoint(self, path: str) -> None:
@@ -627,8 +665,10 @@ def _to_sample(row: Any) -> Any:
 
 
 def _java_cause(exc: BaseException) -> str:
+    """The JVM trace's first error line and, where it differs, its root cause (the last "Caused by")."""
     text = str(exc)
-    for line in text.splitlines():
-        if "Exception:" in line or "Error:" in line:
-            return line.strip()
-    return text.splitlines()[0] if text else type(exc).__name__
+    lines = [line.strip() for line in text.splitlines() if "Exception:" in line or "Error:" in line]
+    if not lines:
+        return text.splitlines()[0] if text else type(exc).__name__
+    roots = [line for line in lines if line.startswith("Caused by:")]
+    return lines[0] if not roots or roots[-1] == lines[0] else f"{lines[0]} ... {roots[-1]}"

@@ -11,7 +11,17 @@ import numpy as np
 
 import mxnet as mx
 from mxnet import gluon
-from orca.core.plugin import Backend, BaseEstimator, NotFittedError, check_positive_int, declare, solo_runner
+from orca.core.plugin import (
+    Backend,
+    BaseEstimator,
+    NotFittedError,
+    check_positive_int,
+    check_writable,
+    declare,
+    reading_model_file,
+    require_model_file,
+    solo_runner,
+)
 from orca.mxnet.runner import MXNetRunner, named_params
 
 log = logging.getLogger("orca")
@@ -194,6 +204,7 @@ class Estimator(BaseEstimator):
 
         from orca.mxnet.runner import params_bytes
 
+        check_writable(path)
         params = dict(self.get_state()["params"])
         with fsspec.open(path, "wb") as fh:
             fh.write(params_bytes(params))
@@ -204,16 +215,14 @@ class Estimator(BaseEstimator):
 
         Raises:
             FileNotFoundError: ``path`` does not exist.
-            ValueError: the file's parameters do not fit the model.
+            ValueError: the file is not one :meth:`save` wrote, or its parameters do not fit the model.
         """
         import fsspec
 
         from orca.mxnet.runner import params_from_bytes
 
-        fs, _, (p,) = fsspec.get_fs_token_paths(path)
-        if not fs.exists(p):
-            raise FileNotFoundError(f"no saved model at {path!r}.")
-        with fsspec.open(path, "rb") as fh:
+        require_model_file(path)
+        with fsspec.open(path, "rb") as fh, reading_model_file(path):
             params = params_from_bytes(fh.read())
         state = super().get_state() or {}
         runner = solo_runner(MXNetRunner, self.spec, None)

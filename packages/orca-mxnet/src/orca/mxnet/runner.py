@@ -269,6 +269,12 @@ class MXNetRunner(Runner):
             x, y = (arrays[:-1], arrays[-1:]) if len(arrays) > 1 else (arrays, [])
             yield Batch(x=x, y=y, size=len(arrays[0]), weight=1.0, global_size=len(arrays[0]))
 
+    def optimizer_params(self) -> dict[str, Any]:
+        """The trainer's optimizer and its parameters (``create_config``'s ``optimizer`` and
+        ``optimizer_params``, as :meth:`_trainer` builds it), for MLflow's run parameters."""
+        opt_params = dict(self.config.get("optimizer_params") or {"learning_rate": 0.01})
+        return {"optimizer": str(self.config.get("optimizer", "sgd")), **opt_params}
+
     # ------------------------------------------------------------ state
     def weights(self) -> list[np.ndarray]:
         return [p.data().asnumpy() for p in self._params() if p._data is not None]

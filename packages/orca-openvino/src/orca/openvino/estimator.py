@@ -17,8 +17,11 @@ from orca.core.plugin import (
     DataSource,
     check_part,
     check_positive_int,
+    check_writable,
     declare,
     is_xshards,
+    reading_model_file,
+    require_model_file,
     shard_to_part,
 )
 from orca.openvino._model import IRModel, check_inputs, input_order, read_ir
@@ -196,12 +199,21 @@ class Estimator(BaseEstimator):
         Returns:
             ``path``.
         """
+        check_writable(path)
         ov.save_model(self.get_model(), path, compress_to_fp16=False)
         return path
 
     def load(self, path: str) -> None:
-        """Replace the model with the one at ``path`` (IR ``.xml`` or ONNX); live workers are stopped."""
-        self._replace_spec(dict(self.spec, model=read_ir(path), order=None))
+        """Replace the model with the one at ``path`` (IR ``.xml`` or ONNX); live workers are stopped.
+
+        Raises:
+            FileNotFoundError: ``path`` does not exist.
+            ValueError: OpenVINO cannot read the file (a damaged or foreign one, or an IR without its ``.bin``).
+        """
+        require_model_file(path, os.path.isfile(path))
+        with reading_model_file(path):
+            model = read_ir(path)
+        self._replace_spec(dict(self.spec, model=model, order=None))
 
 
 #: a flattened shard's ``(batches, rows per batch)`` (see :func:`_flatten_shard`)

@@ -14,8 +14,11 @@ from orca.core.plugin import (
     History,
     Runner,
     check_positive_int,
+    check_writable,
     declare,
     get_data_source,
+    reading_model_file,
+    require_model_file,
     solo_runner,
 )
 from orca.tf._dataset import dataset_adapter
@@ -406,6 +409,7 @@ class Estimator(BaseEstimator):
             ``filepath``.
         """
         fmt = save_format or _format_of(filepath)
+        check_writable(filepath)
         if os.path.exists(filepath) and not overwrite:
             raise FileExistsError(f"{filepath!r} exists; pass overwrite=True.")
         model = self.get_model()
@@ -437,17 +441,19 @@ class Estimator(BaseEstimator):
 
         Raises:
             FileNotFoundError: nothing at ``filepath``.
-            ValueError: a Keras 3 SavedModel (Keras 3 loads those for inference only).
+            ValueError: a Keras 3 SavedModel (Keras 3 loads those for inference only), or a file
+                that is not a model :meth:`save` wrote (a damaged or foreign file).
         """
-        if not os.path.exists(filepath):
-            raise FileNotFoundError(f"no saved model at {filepath!r}.")
+        require_model_file(filepath, os.path.exists(filepath))
+        given = filepath
         template = self.get_model()
         from orca.tf._keras import is_legacy, optimizer_variables
 
         if is_legacy(template):
             import tf_keras
 
-            loaded = tf_keras.models.load_model(filepath)
+            with reading_model_file(given):
+                loaded = tf_keras.models.load_model(filepath)
         else:
             if os.path.isdir(filepath):
                 raise ValueError(f"{filepath!r} is a SavedModel: Keras 3 opens those for inference only "
@@ -461,7 +467,8 @@ class Estimator(BaseEstimator):
                 tmp = tempfile.mkdtemp()
                 filepath = shutil.copy(filepath, os.path.join(tmp, "model.keras"))
             # Keras 3 cannot rebuild some compile() strings ("mse") from h5: the weights are what we need
-            loaded = keras.models.load_model(filepath, compile=not filepath.endswith((".h5", ".hdf5")))
+            with reading_model_file(given):
+                loaded = keras.models.load_model(filepath, compile=not filepath.endswith((".h5", ".hdf5")))
         state: dict[str, Any] = {"weights": loaded.get_weights()}
         if getattr(loaded, "optimizer", None) is not None:
             state["optimizer"] = [v.numpy() for v in optimizer_variables(loaded)]

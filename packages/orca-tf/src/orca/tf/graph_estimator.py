@@ -13,6 +13,7 @@ from typing import Any
 
 import numpy as np
 
+from orca.core import plugin
 from orca.core.plugin import Backend, BaseEstimator, History, Runner, declare, get_data_source, solo_runner
 from orca.tf._dataset import dataset_adapter
 from orca.tf.graph_runner import GraphRunner
@@ -161,6 +162,7 @@ class GraphEstimator(BaseEstimator):
         ``tf.compat.v1.train.Saver.restore`` / ``tf.train.load_checkpoint``) and ``.meta`` (the
         graph, a MetaGraphDef protobuf). No Python code is written. Returns the prefix.
         """
+        plugin.check_writable(checkpoint_path)
         parent = os.path.dirname(os.path.abspath(checkpoint_path))
         os.makedirs(parent, exist_ok=True)
         return self._runner().save_tf_checkpoint(checkpoint_path)
@@ -214,19 +216,23 @@ class GraphEstimator(BaseEstimator):
 
         Raises:
             FileNotFoundError: no checkpoint at ``checkpoint_path``.
-            ValueError: a variable of the graph is missing from the checkpoint or has another shape.
+            ValueError: a variable of the graph is missing from the checkpoint or has another shape,
+                or the checkpoint's files are damaged or foreign.
         """
         import tensorflow as tf
 
         if not os.path.exists(checkpoint_path + ".index"):
-            raise FileNotFoundError(f"no TF checkpoint at {checkpoint_path!r} (no {checkpoint_path}.index).")
-        reader = tf.train.load_checkpoint(checkpoint_path)
-        have = reader.get_variable_to_shape_map()
+            raise FileNotFoundError(f"no TF checkpoint at {checkpoint_path!r} (no {checkpoint_path}.index); pass the "
+                                    "path the Estimator's save() wrote (no saved model there).")
+        with plugin.reading_model_file(checkpoint_path):
+            reader = tf.train.load_checkpoint(checkpoint_path)
+            have = reader.get_variable_to_shape_map()
         current = self.get_state()
         missing = [n for n in current if n not in have]
         if missing:
             raise ValueError(f"the checkpoint {checkpoint_path!r} lacks variables of the graph: {missing[:5]}.")
-        state = {n: reader.get_tensor(n) for n in current}
+        with plugin.reading_model_file(checkpoint_path):
+            state = {n: reader.get_tensor(n) for n in current}
         wrong = [n for n in current if np.shape(state[n]) != np.shape(current[n])]
         if wrong:
             raise ValueError(f"the checkpoint {checkpoint_path!r} has other shapes for {wrong[:5]}.")

@@ -370,6 +370,15 @@ class KerasRunner(Runner):
         :func:`orca.tf._dataset.dataset_batches`)."""
         return dataset_batches(creator(self.config, batch_size), self.world, self.rank, steps)
 
+    def optimizer_params(self) -> dict[str, Any]:
+        """The compiled optimizer's class and its ``get_config()`` (``learning_rate``, ``momentum``...),
+        for MLflow's run parameters (core keeps the scalar ones)."""
+        optimizer = getattr(self.model, "optimizer", None)
+        if optimizer is None:
+            return {}
+        config = {k: v for k, v in optimizer.get_config().items() if k != "name"}
+        return {"optimizer": type(optimizer).__name__, **config}
+
     # ------------------------------------------------------------ state
     def weights(self) -> list[np.ndarray]:
         return [np.asarray(w) for w in self.model.get_weights()]

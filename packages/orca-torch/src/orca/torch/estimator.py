@@ -15,7 +15,10 @@ from orca.core.plugin import (
     CreatorSource,
     DataSource,
     NotFittedError,
+    check_writable,
     declare,
+    reading_model_file,
+    require_model_file,
     solo_runner,
 )
 from orca.torch._spec import build_model, check_loss, check_model, describe_optimizer
@@ -182,6 +185,7 @@ class Estimator(BaseEstimator):
         """
         import fsspec
 
+        check_writable(path)
         model = self.get_model()
         with fsspec.open(path, "wb") as fh:
             torch.save(model if entire else model.state_dict(), fh)
@@ -195,13 +199,12 @@ class Estimator(BaseEstimator):
 
         Raises:
             FileNotFoundError: ``path`` does not exist.
+            ValueError: the file is not a model :meth:`save` wrote (a damaged or foreign file).
         """
         import fsspec
 
-        fs, _, (p,) = fsspec.get_fs_token_paths(path)
-        if not fs.exists(p):
-            raise FileNotFoundError(f"no saved model at {path!r}.")
-        with fsspec.open(path, "rb") as fh:
+        require_model_file(path)
+        with fsspec.open(path, "rb") as fh, reading_model_file(path):
             obj = torch.load(fh, weights_only=weights_only, map_location="cpu")
         if isinstance(obj, nn.Module):
             self._replace_spec(dict(self.spec, model=obj))  # workers built from the old module stop

@@ -237,6 +237,14 @@ class TorchRunner(Runner):
             x, y = (items[:-1], items[-1:]) if len(items) > 1 else (items, [])
             yield Batch(x=x, y=y, size=len(items[0]))
 
+    def optimizer_params(self) -> dict[str, Any]:
+        """The optimizer's class and its first param group's hyper-parameters (``lr``, ``momentum``,
+        ``weight_decay``...: its defaults, as a scheduler left them), for MLflow's run parameters."""
+        if self.optimizer is None:
+            return {}
+        group = self.optimizer.param_groups[0] if self.optimizer.param_groups else self.optimizer.defaults
+        return {"optimizer": type(self.optimizer).__name__, **{k: v for k, v in group.items() if k != "params"}}
+
     # ---------------------------------------------------------------- state
     def weights(self) -> list[np.ndarray]:
         return [p.detach().cpu().numpy() for p in self.model.parameters()]

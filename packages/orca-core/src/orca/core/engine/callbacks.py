@@ -19,6 +19,9 @@ class Callback:
     runner: Runner
     rank: int = 0
     world_size: int = 1
+    #: what the fit's checkpoints carry besides the state (set by the engine as a fit begins): the
+    #: MLflow run the fit logs to, so that a fit resumed from one continues that run
+    checkpoint_meta: dict[str, Any] = {}  # noqa: RUF012 - replaced per instance, never mutated
 
     def bind(self, runner: Runner, rank: int, world_size: int) -> None:
         """Attach to the runner of this worker (called by the engine)."""
@@ -61,7 +64,7 @@ class ModelCheckpoint(Callback):
         parent = os.path.dirname(path)
         if parent and "://" not in path:
             os.makedirs(parent, exist_ok=True)
-        self.runner.save_checkpoint(path, epoch)
+        self.runner.save_checkpoint(path, epoch, meta=self.checkpoint_meta or None)
 
     def on_epoch_begin(self, epoch: int, logs: dict[str, Any] | None = None) -> None:
         self._epoch = epoch

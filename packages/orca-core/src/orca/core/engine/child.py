@@ -285,8 +285,11 @@ class ChildRunner(Runner):
     def weights_digest(self) -> str:
         return self._call("weights_digest")
 
-    def save_checkpoint(self, path: str, epoch: int) -> None:
-        self._call("save_checkpoint", path, epoch)
+    def optimizer_params(self) -> dict[str, Any]:
+        return self._call("optimizer_params")
+
+    def save_checkpoint(self, path: str, epoch: int, meta: dict[str, Any] | None = None) -> None:
+        self._call("save_checkpoint", path, epoch, meta)
 
 
 def host_runner(runner_cls: type[Runner], spec: dict[str, Any], rendezvous: Rendezvous) -> Runner:

@@ -87,6 +87,11 @@ class BaseEstimator:
         #: the features of the first rows of the last ``fit``'s data, kept (only while MLflow model
         #: logging is on) as the MLflow model's input example; ``None`` otherwise
         self.input_example: list[np.ndarray] | None = None
+        #: what checkpoints carry besides the state (the MLflow run the fits log to: see
+        #: :mod:`orca.core.engine.tracking`), and what the checkpoint ``load_checkpoint`` read
+        #: carried, which the next ``fit`` resumes (its MLflow run continues)
+        self._checkpoint_meta: dict[str, Any] = {}
+        self._resume_meta: dict[str, Any] = {}
         self._model = ModelState()
         self._group: WorkerGroup | None = None
         self._digests: list[str] = []
@@ -256,16 +261,18 @@ class BaseEstimator:
         if not isinstance(max_failures, int) or max_failures < 0:
             raise ValueError(f"max_failures must be a non-negative int, got {max_failures!r}.")
         if self.fit_listeners:  # (the parameters cost a look at the context: only when someone listens)
-            self._notify({"event": "fit_begin", "params": {
+            self._notify({"event": "fit_begin", "resume": dict(self._resume_meta), "params": {
                 "estimator": type(self).__name__, "backend": self.backend, "num_workers": self.num_workers,
                 "epochs": epochs, "batch_size": batch_size, "shuffle": shuffle, "max_failures": max_failures,
                 "start_epoch": args.start_epoch, "data": src.what, **{f"config.{k}": v for k, v in
                                                                        dict(self.spec.get("config") or {}).items()}}})
+        args.checkpoint_meta = dict(self._checkpoint_meta)  # (a listener may have named the fit's MLflow run)
         try:
             history, restarts = self._fit_epochs(src, val, args, epochs, max_steps, max_failures)
         except BaseException as exc:
             self._notify({"event": "fit_failed", "error": f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"})
             raise
+        self._resume_meta = {}  # resumed: the next fit is a fit of its own
         if self.fit_listeners:
             self._notify({"event": "fit_end", "history": [dict(h) for h in history], "restarts": list(restarts)})
         if not reduce_results:
@@ -442,11 +449,12 @@ class BaseEstimator:
         """
         from orca.core.engine.checkpoint import write_checkpoint
 
-        write_checkpoint(path, self._epoch, self.get_state())
+        write_checkpoint(path, self._epoch, self.get_state(), meta=self._checkpoint_meta)
         return path
 
     def load_checkpoint(self, path: str, allow_pickle: bool = False) -> None:
-        """Restore a checkpoint written by ``save_checkpoint`` or ``ModelCheckpoint``; ``fit`` continues.
+        """Restore a checkpoint written by ``save_checkpoint`` or ``ModelCheckpoint``; ``fit`` continues
+        (and, with :meth:`set_mlflow`, continues the MLflow run of the fit that wrote the checkpoint).
 
         Args:
             path: the checkpoint file (local or fsspec URL).
@@ -456,19 +464,27 @@ class BaseEstimator:
         Raises:
             ValueError: the file is a pickle and ``allow_pickle`` is False, or not a checkpoint.
         """
-        from orca.core.engine.checkpoint import read_checkpoint
+        from orca.core.engine.checkpoint import read_checkpoint_meta
 
-        epoch, state = read_checkpoint(path, allow_pickle=allow_pickle)
+        epoch, state, meta = read_checkpoint_meta(path, allow_pickle=allow_pickle)
         self._epoch = epoch
         self.set_state(state)
+        self._checkpoint_meta, self._resume_meta = dict(meta), dict(meta)
 
     # ------------------------------------------------------------ TensorBoard
-    def set_tensorboard(self, log_dir: str, app_name: str) -> None:
+    def set_tensorboard(self, log_dir: str, app_name: str = "orca") -> None:
         """Write TensorBoard summaries of the next fits to ``log_dir/app_name/{train,validation}``.
 
         Each epoch's merged loss, metrics and throughput are written on the driver as the epoch
         ends (see :mod:`orca.core.engine.summaries`); a new call replaces the previous
         destination. Needs the ``tensorboard`` package (``orca-core[tensorboard]``).
+
+        Args:
+            log_dir: the folder TensorBoard reads (``tensorboard --logdir log_dir``).
+            app_name: the run's subfolder (default ``"orca"``).
+
+        Example:
+            >>> est.set_tensorboard("/tmp/logs")  # then fit; tensorboard --logdir /tmp/logs
 
         Raises:
             TypeError: ``log_dir`` or ``app_name`` is not a string (or ``app_name`` is empty).
@@ -477,8 +493,8 @@ class BaseEstimator:
         from orca.core.engine.summaries import Summaries
 
         if not isinstance(log_dir, str) or not isinstance(app_name, str) or not app_name:
-            raise TypeError("set_tensorboard(log_dir, app_name) takes two strings, e.g. "
-                            "set_tensorboard('/tmp/logs', 'lenet').")
+            raise TypeError("set_tensorboard(log_dir, app_name='orca') takes strings, e.g. "
+                            "set_tensorboard('/tmp/logs') or set_tensorboard('/tmp/logs', 'lenet').")
         old = getattr(self, "_summaries", None)
         if old is not None:
             self.fit_listeners.remove(old)
@@ -536,7 +552,7 @@ class BaseEstimator:
     def _summary(self, kind: str, tag: str) -> np.ndarray:
         summaries = getattr(self, "_summaries", None)
         if summaries is None:
-            raise ValueError(f"no summaries: call set_tensorboard(log_dir, app_name) before fit to record {tag!r}.")
+            raise ValueError(f"no summaries: call set_tensorboard(log_dir) before fit to record {tag!r}.")
         return summaries.read(kind, tag)  # type: ignore[no-any-return]
 
     @staticmethod

@@ -49,6 +49,8 @@ class FitArgs:
     validation_steps: int | None = None
     #: a step whose reduced gradient holds NaN/Inf is left out (not applied) instead of failing the fit
     skip_non_finite_steps: bool = False
+    #: what the fit's checkpoints (``ModelCheckpoint``) carry besides the state: the MLflow run it logs to
+    checkpoint_meta: dict[str, Any] = field(default_factory=dict)
 
 
 def evaluate_feed(
@@ -108,7 +110,13 @@ class _Progress(Callback):
         self.epoch = 0
 
     def on_train_begin(self, logs: dict[str, Any] | None = None) -> None:
-        self.reporter({"event": "begin", "total_steps": self.total_steps})
+        from orca.core.engine.tracking import hyperparameters
+
+        try:  # the optimizer as rank 0 built it (MLflow's run parameters); never fails the fit
+            optimizer = hyperparameters(self.runner.optimizer_params())
+        except Exception:  # noqa: BLE001 - reporting is best effort
+            optimizer = {}
+        self.reporter({"event": "begin", "total_steps": self.total_steps, "optimizer": optimizer})
 
     def on_epoch_begin(self, epoch: int, logs: dict[str, Any] | None = None) -> None:
         self.epoch = epoch
@@ -181,6 +189,8 @@ def run_fit(
     extra: list[Callback] = []
     if rank == 0 and args.progress_address is not None:
         extra.append(_Progress(args.progress_address, _total_steps(counts, feed, args)))
+    for cb in args.callbacks:  # (ModelCheckpoint writes it into each checkpoint)
+        cb.checkpoint_meta = dict(args.checkpoint_meta)
     callbacks = CallbackList([*args.callbacks, *extra], runner, rank, world)
     try:
         return _fit_epochs(runner, feed, val_feed, counts, rank, collective, args, callbacks)

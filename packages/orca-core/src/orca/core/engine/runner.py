@@ -282,6 +282,13 @@ class Runner(abc.ABC):
     def on_epoch_end(self, epoch: int) -> None:  # noqa: B027 - an optional hook
         """Framework work at the end of an epoch (LR scheduler step, buffer sync)."""
 
+    def optimizer_params(self) -> dict[str, Any]:
+        """The optimizer's name and hyper-parameters as this worker built it (``{"optimizer": "SGD",
+        "lr": 0.05, "momentum": 0.9, ...}``), for MLflow's run parameters: rank 0 reports them to the
+        driver as a fit begins (see :func:`orca.core.engine.tracking.hyperparameters`, which keeps
+        the scalar ones). Frameworks override it; the default reports none."""
+        return {}
+
     # -------------------------------------------------------------- state
     @abc.abstractmethod
     def get_state(self) -> dict[str, Any]:
@@ -304,9 +311,10 @@ class Runner(abc.ABC):
             h.update(np.ascontiguousarray(w).tobytes())
         return h.hexdigest()
 
-    def save_checkpoint(self, path: str, epoch: int) -> None:
-        """Write a checkpoint (state plus ``epoch``) to ``path`` (local or fsspec URL), in Orca's
+    def save_checkpoint(self, path: str, epoch: int, meta: dict[str, Any] | None = None) -> None:
+        """Write a checkpoint (state plus ``epoch``, and ``meta``: what the fit's checkpoints carry
+        besides the state, e.g. its MLflow run) to ``path`` (local or fsspec URL), in Orca's
         non-executable format (:mod:`orca.core.engine.checkpoint`)."""
         from orca.core.engine.checkpoint import write_checkpoint
 
-        write_checkpoint(path, epoch, self.get_state())
+        write_checkpoint(path, epoch, self.get_state(), meta=meta)

@@ -9,6 +9,11 @@ the end of its epoch (summed over the fits since ``set_tensorboard``):
 - ``log_dir/app_name/train``: ``Loss``, ``Throughput`` (rows per second) and each metric;
 - ``log_dir/app_name/validation``: ``Loss`` and each metric on the validation data.
 
+``est.set_tensorboard(log_dir)`` turns it on (``app_name`` defaults to ``"orca"``). There is one
+point per epoch and no per-step option: the driver gets merged statistics once per epoch; during
+the epoch rank 0 reports only its own batch loss (every few steps, for the progress bar), which is
+not merged over the workers.
+
 Event files are written and read with the ``tensorboard`` package (``pip install
 "orca-core[tensorboard]"``); no ML framework is needed.
 """
@@ -35,15 +40,24 @@ def _tensorboard() -> Any:
 
 
 class Summaries:
-    """Writes each epoch's merged stats as TensorBoard scalars (a ``fit`` listener)."""
+    """Writes each epoch's merged stats as TensorBoard scalars (a ``fit`` listener; see the module doc).
 
-    def __init__(self, log_dir: str, app_name: str) -> None:
+    Args:
+        log_dir: the folder TensorBoard reads.
+        app_name: the subfolder of this Estimator's summaries.
+
+    Raises:
+        ImportError: tensorboard is not installed (the message says how to install it).
+    """
+
+    def __init__(self, log_dir: str, app_name: str = "orca") -> None:
         _tensorboard()  # refuse now, not in the middle of a fit
         self.root = os.path.join(os.path.abspath(log_dir), app_name)
         self.iteration = 0
         self._writers: dict[str, Any] = {}
 
     def __call__(self, event: dict[str, Any]) -> None:
+        """Write an ``epoch`` event's stats (other events are ignored)."""
         if event.get("event") != "epoch":
             return
         self.iteration += int(event.get("batch_count") or 0)
@@ -81,6 +95,7 @@ class Summaries:
         writer.flush()
 
     def close(self) -> None:
+        """Flush and close the event files."""
         for writer in self._writers.values():
             writer.close()
         self._writers.clear()

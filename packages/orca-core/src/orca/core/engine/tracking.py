@@ -4,7 +4,15 @@ An :class:`MLflowLogger` is a ``BaseEstimator.fit_listeners`` listener working o
 
 - ``fit_begin``: one MLflow run per ``fit`` call (a child of the user's active run, if there is
   one), with the fit's parameters (Estimator class, backend, workers, epochs, batch size, the
-  Estimator's ``config``);
+  Estimator's ``config``), and the optimizer's hyper-parameters as rank 0 built them
+  (``optimizer``: its class, ``optimizer.<name>``: each scalar one, e.g. ``optimizer.lr``; see
+  :func:`hyperparameters`);
+- a fit resumed from an Orca checkpoint that a tracked fit wrote (``load_checkpoint`` then
+  ``fit``: ``save_checkpoint`` and ``ModelCheckpoint`` store the run's id in the checkpoint)
+  reopens that run instead of making a new one: its epochs continue the run's, an epoch the run
+  already holds (a checkpoint older than the run's last epoch) is not logged twice, and the
+  parameters that changed (``epochs``, ``start_epoch``...) go to the ``orca.resumes`` tag (JSON)
+  since MLflow parameters cannot change;
 - each epoch: its merged statistics (the History's, exact over all workers) as metrics at
   ``step`` = the epoch number; an epoch restarted after a lost worker (``max_failures``) logs
   in the same run, so a recovered fit is one run, never a duplicate;
@@ -24,6 +32,7 @@ import json
 import os
 import tempfile
 import time
+from collections.abc import Mapping
 from typing import Any
 
 _INSTALL = 'MLflow tracking needs the mlflow package: pip install "orca-core[mlflow]".'
@@ -36,6 +45,37 @@ def _mlflow() -> Any:
     except ImportError:
         raise ImportError(_INSTALL) from None
     return mlflow
+
+
+def _scalar(value: Any) -> Any:
+    """``value`` as a JSON scalar (a numpy scalar unwrapped), or ``None`` if it is not one."""
+    if hasattr(value, "item") and getattr(value, "shape", None) == ():
+        value = value.item()
+    return value if isinstance(value, (bool, int, float, str)) else None
+
+
+def hyperparameters(params: Mapping[str, Any]) -> dict[str, Any]:
+    """The run parameters of an optimizer from a runner's ``optimizer_params()`` (the framework's
+    hook: torch's param group, Keras' ``get_config()``, MXNet's optimizer parameters).
+
+    Args:
+        params: ``{"optimizer": class name, hyper-parameter: value, ...}``.
+
+    Returns:
+        ``{"optimizer": name, "optimizer.<key>": value}`` of the scalar values (numbers,
+        strings, booleans, and lists of numbers such as Adam's ``betas``); the others (a learning
+        rate schedule, ``None``) are left out. Plain JSON values, in the keys' order.
+    """
+    out: dict[str, Any] = {}
+    for key, value in params.items():
+        if isinstance(value, (list, tuple)):
+            items = [_scalar(v) for v in value]
+            kept: Any = items if items and all(isinstance(v, (int, float)) for v in items) else None
+        else:
+            kept = _scalar(value)
+        if kept is not None:
+            out["optimizer" if key == "optimizer" else f"optimizer.{key}"] = kept
+    return out
 
 
 class MLflowLogger:
@@ -62,6 +102,9 @@ class MLflowLogger:
         #: the run of the fit in progress (``None`` between fits); ``run_ids``: every run logged
         self.run_id: str | None = None
         self.run_ids: list[str] = []
+        self._params: dict[str, str] = {}  # the run's parameters (MLflow's cannot change)
+        self._changed: dict[str, str] = {}  # this fit's parameters the reopened run holds other values of
+        self._logged_steps: set[int] = set()  # epochs a reopened run held already
 
     @classmethod
     def attach(cls, estimator: Any, **settings: Any) -> MLflowLogger:
@@ -81,11 +124,14 @@ class MLflowLogger:
         return str(found.experiment_id if found is not None else self.client.create_experiment(self.experiment_name))
 
     def __call__(self, event: dict[str, Any]) -> None:
+        """Log one fit event (``fit_begin``, rank 0's ``begin``, ``epoch``, ``fit_end``, ``fit_failed``)."""
         kind = event.get("event")
         if kind == "fit_begin":
-            self._begin(event.get("params") or {})
+            self._begin(event.get("params") or {}, event.get("resume") or {})
         elif self.run_id is None:
             return
+        elif kind == "begin":  # rank 0's: the optimizer it built
+            self._log_params({k: v for k, v in (event.get("optimizer") or {}).items()})
         elif kind == "epoch":
             self._epoch(event)
         elif kind == "fit_end":
@@ -95,22 +141,64 @@ class MLflowLogger:
             self.client.set_terminated(self.run_id, "FAILED")
             self.run_id = None
 
-    def _begin(self, params: dict[str, Any]) -> None:
+    def _begin(self, params: dict[str, Any], resume: dict[str, Any]) -> None:
+        self._params, self._changed, self._logged_steps = {}, {}, set()
+        run = self._reopen(str(resume["mlflow_run_id"])) if resume.get("mlflow_run_id") else None
+        if run is None:
+            tags = {"orca.estimator": str(params.get("estimator", ""))}
+            if resume.get("mlflow_run_id"):  # its run is not in this store: a new one, saying where it came from
+                tags["orca.resumed_from"] = str(resume["mlflow_run_id"])
+            active = _mlflow().active_run()
+            if active is not None:  # nested under the user's run
+                tags["mlflow.parentRunId"] = active.info.run_id
+            run = self.client.create_run(self._experiment_id(), tags=tags, run_name=self.run_name)
+        self.run_id = run.info.run_id
+        if self.run_id not in self.run_ids:
+            self.run_ids.append(self.run_id)
+        # what the Estimator's checkpoints carry from now on: a fit resumed from one continues this run
+        meta = getattr(self.estimator, "_checkpoint_meta", None)
+        if isinstance(meta, dict):
+            meta["mlflow_run_id"] = self.run_id
+        self._log_params(params)
+
+    def _reopen(self, run_id: str) -> Any:
+        """The run ``run_id`` set running again for a resumed fit (``None`` if this store lacks it)."""
+        from mlflow.exceptions import MlflowException
+
+        try:
+            run = self.client.get_run(run_id)
+        except MlflowException:
+            return None
+        if run.info.lifecycle_stage != "active":
+            return None
+        self.client.update_run(run_id, status="RUNNING")
+        self._params = {k: str(v) for k, v in run.data.params.items()}
+        for key in ("loss", "train_loss"):
+            self._logged_steps |= {int(p.step) for p in self.client.get_metric_history(run_id, key)}
+        return run
+
+    def _log_params(self, params: Mapping[str, Any]) -> None:
+        """Log the parameters the run lacks; on a reopened run, those it holds other values of go
+        to the ``orca.resumes`` tag (at the fit's end)."""
         from mlflow.entities import Param
 
-        tags = {"orca.estimator": str(params.get("estimator", ""))}
-        active = _mlflow().active_run()
-        if active is not None:  # nested under the user's run
-            tags["mlflow.parentRunId"] = active.info.run_id
-        run = self.client.create_run(self._experiment_id(), tags=tags, run_name=self.run_name)
-        self.run_id = run.info.run_id
-        self.run_ids.append(self.run_id)
-        self.client.log_batch(self.run_id, params=[Param(str(k)[:250], str(v)[:6000]) for k, v in params.items()])
+        new = []
+        for key, value in params.items():
+            key, text = str(key)[:250], str(value)[:6000]
+            if key not in self._params:
+                self._params[key] = text
+                new.append(Param(key, text))
+            elif self._params[key] != text:
+                self._changed[key] = text
+        for i in range(0, len(new), 100):  # MLflow takes at most 100 parameters a call
+            self.client.log_batch(str(self.run_id), params=new[i:i + 100])
 
     def _epoch(self, event: dict[str, Any]) -> None:
         from mlflow.entities import Metric
 
         step = int(event.get("epoch") or 0)
+        if step in self._logged_steps:  # a reopened run holds this epoch already: once, never twice
+            return
         now = int(time.time() * 1000)
         metrics = [Metric(k, float(v), now, step) for k, v in event.items()
                    if k not in _NOT_METRICS and isinstance(v, (int, float)) and not isinstance(v, bool)]
@@ -122,6 +210,11 @@ class MLflowLogger:
         assert run_id is not None
         restarts = event.get("restarts") or []
         self.client.set_tag(run_id, "orca.restarts", json.dumps(restarts))
+        if self._changed:  # a reopened run: what this fit ran with that its parameters cannot say
+            run = self.client.get_run(run_id)
+            resumes = json.loads(run.data.tags.get("orca.resumes", "[]"))
+            resumes.append(self._changed)
+            self.client.set_tag(run_id, "orca.resumes", json.dumps(resumes)[:5000])
         if self.log_model:
             try:
                 self._log_model(run_id)

@@ -26,13 +26,13 @@ import os
 import re
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
 import pytest
 
-from orca.core.engine.errors import OrcaWorkerError
+from orca.core.engine.errors import NotFittedError, OrcaWorkerError
 from orca.core.testing.matrix import runs_on, skip_unless_runs_on
 
 # --------------------------------------------------------------------------- nothing left behind
@@ -115,6 +115,9 @@ class Inputs:
     df: Any
     frames: dict[str, Any]
     tmp: str
+    #: the test class instance (its hooks: ``make_estimator``, ``model_path``...) and the backend
+    suite: Any = None
+    backend: str = ""
 
     @property
     def xy(self) -> dict[str, np.ndarray]:
@@ -129,7 +132,8 @@ class BadInput:
         name: the case id.
         mistake: the mistake in words (the docs table).
         call: ``call(est, inputs)`` makes the mistake.
-        raises: the exception type (for worker cases: the type the worker raised).
+        raises: the exception type, or the types a framework's own error may have (for worker cases:
+            the type the worker raised).
         names: regular expressions the message must match: the argument and the offending value.
         fix: a regular expression for the fix the message gives.
         where: ``"driver"`` (before any worker starts), ``"worker"`` (only a worker can see it: the
@@ -143,7 +147,7 @@ class BadInput:
     name: str
     mistake: str
     call: Callable[[Any, Inputs], Any]
-    raises: type[BaseException]
+    raises: type[BaseException] | tuple[type[BaseException], ...]
     names: tuple[str, ...]
     fix: str
     where: str = "driver"
@@ -230,7 +234,33 @@ def _truncated_checkpoint(est: Any, inp: Inputs) -> str:
     return _write(os.path.join(inp.tmp, "truncated.ckpt"), data[: len(data) // 2])
 
 
+def _wider(x: np.ndarray) -> np.ndarray:
+    """5 features for the 4-input model: the rows with their first feature again."""
+    return np.hstack([x, x[:, :1]])
+
+
+def _truncated_model(est: Any, inp: Inputs) -> Any:
+    """``load`` of a model ``est.save`` wrote, each of its files then cut to half its bytes."""
+    path = inp.suite.model_path(inp.tmp, "truncated")
+    est.save(path)
+    for name in inp.suite.model_files(path):
+        with open(name, "rb") as fh:
+            data = fh.read()
+        _write(name, data[: len(data) // 2])
+    return est.load(path)
+
+
+def _foreign_model(est: Any, inp: Inputs) -> Any:
+    """``load`` of a text file where the model's files should be."""
+    path = inp.suite.model_path(inp.tmp, "notes")
+    for name in inp.suite.model_files(path):
+        _write(name, b"hello, world\n")
+    return est.load(path)
+
+
 FIT = ("supports_fit",)
+SAVE_LOAD = ("supports_save_load",)
+MODEL_FIX = r"pass the path the Estimator's save\(\) wrote"
 DF_FIX = r"Fix feature_cols/label_cols"
 POSITIVE = r"must be a positive int"
 #: epochs: a positive int, or (Keras, which counts on from initial_epoch) an int above initial_epoch
@@ -334,6 +364,12 @@ BAD_INPUTS: list[BadInput] = [
     BadInput("callback_of_wrong_kind", "a callback that is not an orca Callback",
              lambda est, i: _fit(est, i.xy, callbacks=[len]), TypeError, (r"callbacks", r"built-in function len"),
              r"subclass orca\.core\.engine\.callbacks\.Callback|neither a Keras callback nor an orca Callback", needs=FIT + ("supports_engine_fit_options",)),
+    BadInput("unknown_backend", "backend='nope' to the Estimator's constructor",
+             lambda est, i: i.suite.make_estimator("nope"), ValueError, (r"backend='nope'",), r"use (one of \[)?'\w+'",
+             needs=("supports_backend_argument",)),
+    BadInput("predict_before_fit_without_a_model", "predict with an Estimator built without a model",
+             lambda est, i: i.suite.make_unfitted_estimator(i.backend).predict(i.x), NotFittedError,
+             (r"no model",), r"load\(\)|fit", needs=("needs_a_model_to_predict",)),
     BadInput("workers_per_node_above_cores", "more workers per node than the node has CPUs",
              lambda est, i: _with_workers(est, 64, lambda: est.predict(i.x)), ValueError,
              (r"workers_per_node=64",), r"workers_per_node <= \d+", needs=("supports_workers_per_node",)),
@@ -350,6 +386,17 @@ BAD_INPUTS: list[BadInput] = [
     BadInput("save_to_unwritable_path", "save_checkpoint under a path that is a file",
              lambda est, i: est.save_checkpoint(os.path.join(_write(os.path.join(i.tmp, "f"), b""), "m.ckpt")),
              OSError, (r"f/m\.ckpt",), r"writable directory", needs=("supports_checkpoints",)),
+    # ---------------------------------------------------------------- the framework's own model files
+    BadInput("load_missing_model", "load of a model file that does not exist",
+             lambda est, i: est.load(i.suite.model_path(i.tmp, "missing")), FileNotFoundError,
+             (r"no saved model", r"missing"), MODEL_FIX, needs=SAVE_LOAD),
+    BadInput("load_truncated_model", "load of a model file cut short", _truncated_model, ValueError,
+             (r"truncated", r"damaged"), MODEL_FIX, needs=SAVE_LOAD),
+    BadInput("load_foreign_model", "load of a file that is not a saved model", _foreign_model, ValueError,
+             (r"notes", r"not a model saved by save\(\)"), MODEL_FIX, needs=SAVE_LOAD),
+    BadInput("save_model_to_unwritable_path", "save under a path that is a file",
+             lambda est, i: est.save(os.path.join(_write(os.path.join(i.tmp, "f"), b""), "m" + i.suite.model_suffix)),
+             OSError, (r"f/m",), r"writable directory", needs=SAVE_LOAD),
     # ---------------------------------------------------------------- only a worker sees these
     BadInput("empty_dataframe", "fit an empty DataFrame (df.limit(0))",
              lambda est, i: _fit_df(est, i.df.limit(0)), ValueError, (r"no rows",), r"df\.count\(\) > 0",
@@ -370,6 +417,9 @@ BAD_INPUTS: list[BadInput] = [
              lambda est, i: _fit(est, _creator_raising), RuntimeError,
              (r"no data here", r"_creator_raising"), r"Worker traceback", where="either",
              needs=FIT + ("supports_data_creator",)),
+    BadInput("feature_width_mismatch", "5 features to a 4-input model",
+             lambda est, i: _fit(est, (_wider(i.x), i.y)), (RuntimeError, ValueError), (r"5", r"4"),
+             r"Worker traceback|input|shape|size mismatch", where="either", needs=FIT),
     BadInput("label_out_of_range", "a class label beyond the model's classes (label 5 for 3 outputs)",
              lambda est, i: _fit(est, (i.x, _class_labels(i.y, bad=5))), ValueError,
              (r"label 5\b", r"3 outputs"), r"Re-index the labels to 0\.\.2", where="worker",
@@ -398,8 +448,16 @@ def markdown_table(cases: list[BadInput] | None = None) -> str:
         caught = {"driver": "driver", "worker": "worker (names the rank)",
                   "either": "driver, or a worker (names the rank)"}[c.where]
         names = ", ".join(f"`{_cell(n)}`" for n in c.names)
-        rows.append(f"| `{c.name}` | {c.mistake} | {caught} | `{c.raises.__name__}` | {names} | `{_cell(c.fix)}` |")
+        rows.append(f"| `{c.name}` | {c.mistake} | {caught} | `{_type_names(c.raises)}` | {names} | `{_cell(c.fix)}` |")
     return "\n".join(rows) + "\n"
+
+
+def _types(raises: type[BaseException] | tuple[type[BaseException], ...]) -> tuple[type[BaseException], ...]:
+    return raises if isinstance(raises, tuple) else (raises,)
+
+
+def _type_names(raises: type[BaseException] | tuple[type[BaseException], ...]) -> str:
+    return " or ".join(t.__name__ for t in _types(raises))
 
 
 def _cell(pattern: str) -> str:
@@ -412,14 +470,20 @@ DOC_HEADER = """# Bad input: what each mistake gives
 
 Every framework package runs this matrix against its own Estimator
 (`orca.core.testing.bad_inputs.BadInputConformance`, mixed into its conformance test class):
-torch, Keras, mxnet, OpenVINO (the training cases do not apply) and BigDL, whose JVM engine
+torch, Keras, the TF1 graph Estimator (`from_graph`), mxnet, OpenVINO (the training cases do not
+apply) and BigDL (no `backend` argument), whose JVM engine
 checks a DataFrame's columns in one Spark job on the driver (the cases about Orca's own workers
 do not apply to it: `workers_per_node`, callbacks, `validation_freq`, `max_failures`, Orca's
 checkpoint files; and it accepts in-memory validation data with a DataFrame).
 Each case asserts the exception type, that the message names the argument (or value) and the
 fix below, that it is raised on the driver before any worker starts (or, where only a worker
 can see the mistake, names the rank), within seconds, and that no Ray actor, running Spark job
-or listening port is left behind. This page is generated from the suite
+or listening port is left behind. A model that does not take the data's width
+(`feature_width_mismatch`) is seen by the framework in a worker: the error names the rank and
+carries the framework's own words (both widths) and the worker's traceback. In CI a package runs
+the worker-side cases on one backend (torch on `spark`, plus `empty_dataframe` and
+`nan_in_feature_column` on `bigdl`, where they were found); `ORCA_FULL_MATRIX=1` runs every backend.
+This page is generated from the suite
 (`orca.core.testing.bad_inputs.markdown_table`); a test fails when the two differ.
 
 Beside the table, each framework lists the model, loss and optimizer arguments it takes, each
@@ -429,13 +493,19 @@ the creator does when `fit` starts (torch: model, loss, optimizer and their crea
 `model_creator`, `keras_model` and the creator's result; mxnet: `model_creator`, `loss_creator`
 and their results; OpenVINO: `model_path`).
 
+`batch_size` larger than the data is not a mistake: the epoch is one smaller batch holding every
+row (`test_a_batch_size_above_the_rows_trains_one_smaller_batch_of_every_row`: 64 rows with
+`batch_size=1000` give one batch of 64 and move the weights; nothing hangs or is dropped).
+
 Misused lifecycles are harmless: a call after `shutdown` (or two `shutdown`s) starts the workers
 again from the state the driver holds and predicts exactly as before; `stop_orca_context()` twice
 does nothing the second time; and an Estimator used after its context stopped starts a fresh
 local context, predicts as before and trains on from its last epoch (orca-core's
-`test_an_estimator_outlives_its_workers_and_its_context`). A model that
+`test_an_estimator_outlives_its_workers_and_its_context`, in a child process: stopping the
+context inside the shared test session would stop every other test's context; the lifecycle is
+the shared engine's, the same for every framework). A model that
 was never given (`from_torch(model=None)`, to `load()` one later) raises `NotFittedError` on
-`predict`.
+`predict` (`predict_before_fit_without_a_model`; the other frameworks always hold a model).
 
 """
 
@@ -473,6 +543,35 @@ class BadInputConformance:
     supports_checkpoints: bool = True
     #: a DataFrame with in-memory validation data is refused (Orca's workers read one kind per call)
     refuses_mixed_validation_kinds: bool = True
+    #: the constructor takes ``backend=`` (``make_estimator("nope")`` must refuse it)
+    supports_backend_argument: bool = True
+    #: an Estimator can be built without a model, and ``predict`` then raises ``NotFittedError``
+    #: (``make_unfitted_estimator``); most frameworks always have one
+    needs_a_model_to_predict: bool = False
+    #: ``save(path)`` / ``load(path)`` write and read the framework's own model file, through
+    #: ``orca.core.plugin``'s ``check_writable``, ``require_model_file`` and ``reading_model_file``
+    #: (``model_path`` / ``model_files`` say where)
+    supports_save_load: bool = False
+    #: the file name ending ``save`` wants (``".keras"``, ``".xml"``; ``""`` for a TF checkpoint prefix)
+    model_suffix: str = ".model"
+    #: ``batch_size`` above the rows trains one smaller batch (False: refused on the driver, naming
+    #: both numbers, as BigDL's engine trains on full batches only)
+    batch_size_above_rows_trains: bool = True
+    #: worker-side cases that CI runs on a backend beyond ``launcher_backends`` too, by backend (cases
+    #: an issue found on that backend: they stay checked there)
+    worker_cases_also_on: dict[str, tuple[str, ...]] = {}
+
+    def make_unfitted_estimator(self, backend: str) -> Any:
+        """An Estimator built without a model (needed where ``needs_a_model_to_predict``)."""
+        raise NotImplementedError
+
+    def model_path(self, tmp: str, name: str) -> str:
+        """The path to give ``save``/``load`` for a model called ``name`` under ``tmp``."""
+        return os.path.join(tmp, name + self.model_suffix)
+
+    def model_files(self, path: str) -> list[str]:
+        """The files ``load(path)`` reads (the bad-file cases spoil each)."""
+        return [path]
 
     def make_estimator(self, backend: str) -> Any:
         """A fresh Estimator for the 4-input linear task (the conformance class provides it)."""
@@ -545,7 +644,7 @@ class BadInputConformance:
                 est = getattr(self, "fresh", self.make_estimator)(backend)
             cache[key] = _engine_up(est)
         est = cache[key]
-        if where != "driver":
+        if where != "driver" and est.launcher != "spark":  # Spark's barrier tasks start for each call anyway
             est.predict(inputs.x[:8], batch_size=4)  # (re)starts the workers where they live across calls
         return est
 
@@ -555,18 +654,19 @@ class BadInputConformance:
         for flag in case.needs:
             if not getattr(self, flag):
                 pytest.skip(f"{flag} is False for this Estimator")
-        if case.where != "driver":
+        if case.where != "driver" and case.name not in self.worker_cases_also_on.get(backend, ()):
             skip_unless_runs_on(backend, self.launcher_backends)
         est = self._bad_estimator(backend, case.where, bad_inputs, case.estimator)
+        inputs = replace(bad_inputs, suite=self, backend=backend)
         state_before = est.get_state()
         before = footprint()
         t0 = time.monotonic()
         with pytest.raises(Exception) as info:  # noqa: PT011 - the type is checked below, with the message
-            case.call(est, bad_inputs)
+            case.call(est, inputs)
         took = time.monotonic() - t0
         exc, msg = info.value, str(info.value)
         if case.where == "driver" or (case.where == "either" and not isinstance(exc, OrcaWorkerError)):
-            assert isinstance(exc, case.raises), f"{case.name}: expected {case.raises.__name__}, got {exc!r}"
+            assert isinstance(exc, case.raises), f"{case.name}: expected {_type_names(case.raises)}, got {exc!r}"
             assert not isinstance(exc, OrcaWorkerError), f"{case.name}: raised by a worker, not the driver: {msg}"
             if case.where == "driver":
                 group = getattr(est, "_group", None)
@@ -577,7 +677,8 @@ class BadInputConformance:
             assert isinstance(exc, OrcaWorkerError), f"{case.name}: expected an OrcaWorkerError, got {exc!r}"
             # an Orca worker names its rank; the Spark tasks that move a DataFrame into Ray have none
             assert (exc.rank is not None and re.search(rf"worker {exc.rank}\b", msg)) or "Spark task" in msg, msg
-            assert f"{case.raises.__name__}: " in msg, f"{case.name}: expected a {case.raises.__name__}: {msg}"
+            assert any(f"{t.__name__}: " in msg for t in _types(case.raises)), \
+                f"{case.name}: expected a {_type_names(case.raises)}: {msg}"
             assert took < self.worker_case_s, f"{case.name}: took {took:.1f}s"
         for pattern in case.names:
             assert re.search(pattern, msg), f"{case.name}: the message does not name {pattern!r}: {msg}"
@@ -623,6 +724,30 @@ class BadInputConformance:
             left = leftovers(before)
             assert not left, f"{key}: left behind {left}"
 
+
+    @pytest.mark.timeout(300)
+    def test_a_batch_size_above_the_rows_trains_one_smaller_batch_of_every_row(self, backend: str,
+                                                                              bad_inputs: Inputs) -> None:
+        """``batch_size=1000`` for 64 rows is not refused: the epoch is one batch of all 64 rows (none
+        dropped, no hang), the weights move, and predict of 8 rows with it gives 8 predictions. (An
+        engine that trains on full batches only refuses it on the driver, naming both numbers.)"""
+        if not self.supports_fit:
+            pytest.skip("supports_fit is False for this Estimator")
+        if not self.batch_size_above_rows_trains:
+            est = self._bad_estimator(backend, "driver", bad_inputs)
+            with pytest.raises(ValueError, match=r"batch_size=1000 is more than the 64 rows.*use batch_size <= 64"):
+                est.fit(bad_inputs.xy, epochs=1, batch_size=1000)
+            return
+        skip_unless_runs_on(backend, self.launcher_backends)
+        est = self._bad_estimator(backend, "workers", bad_inputs)
+        before = est.get_state()
+        hist = est.fit(bad_inputs.xy, epochs=1, batch_size=1000)
+        stats = hist[-1] if isinstance(hist, list) else hist
+        assert (stats["num_samples"], stats["batch_count"]) == (64, 1), stats
+        assert np.isfinite(stats["train_loss"] if "train_loss" in stats else stats["loss"]), stats
+        with pytest.raises(AssertionError):
+            _same_state(before, est.get_state(), "batch_size=1000")
+        assert np.asarray(est.predict(bad_inputs.x[:8], batch_size=1000)).shape[0] == 8
 
     @pytest.mark.timeout(300)
     def test_a_call_after_shutdown_restarts_from_the_driver_state(self, backend: str, bad_inputs: Inputs) -> None:

@@ -162,6 +162,9 @@ class EstimatorConformance:
     overflowing_feature: tuple[Any, float] = (np.float32, 3e38)
     #: ``fit(skip_non_finite_steps=True)`` is supported
     supports_skipping_non_finite: bool = True
+    #: backends that run the TensorBoard read-back test (driver-side, shared engine code: one is
+    #: enough in CI); ``None``: ``launcher_backends``
+    tensorboard_backends: tuple[str, ...] | None = None
 
     # ------------------------------------------------------------ hooks
     def make_estimator(self, backend: str) -> Any:
@@ -471,6 +474,50 @@ class EstimatorConformance:
         assert "Traceback (most recent call last)" in str(err), str(err)
         assert "column 'x' holds arrays of different lengths (4..5)" in str(err), str(err)
         np.testing.assert_array_equal(np.asarray(predictor.predict(data["x"][:16], batch_size=8)).reshape(-1), before)
+
+    @pytest.mark.timeout(300)
+    def test_tensorboard_summaries_are_the_historys_merged_stats(self, backend: str, data: dict[str, Any],
+                                                                  tmp_path: Any, request: Any) -> None:
+        """TensorBoard turned on with one argument (``set_tensorboard(log_dir)``: ``app_name`` is
+        ``"orca"``), then a 2-epoch fit with validation data on the trained Estimator: TensorBoard's
+        own reader finds in ``log_dir/orca/train`` and ``.../validation`` one point per epoch, at the
+        epoch's last iteration, whose ``Loss`` is the History's ``loss`` (``val_loss`` for
+        validation) and whose every other tag but ``Throughput`` is the History's stat of that name
+        (``val_<tag>`` for validation). Inference-only Estimators skip it (``supports_fit``). The
+        summaries are written on the driver by the shared engine: one backend per package in CI
+        (``tensorboard_backends``, by default ``launcher_backends``)."""
+        if not self.supports_fit:
+            pytest.skip("this Estimator is inference-only")
+        skip_unless_runs_on(backend, self.tensorboard_backends if self.tensorboard_backends is not None
+                            else self.launcher_backends)
+        from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+        est = request.getfixturevalue("trained")  # (after the skips: no Estimator trained for a skipped test)
+        before = est.get_state()
+        xy = {"x": data["x"][:64], "y": data["y"][:64]}
+        est.set_tensorboard(str(tmp_path / "tb"))
+        try:
+            hist = est.fit(xy, epochs=2, batch_size=16, validation_data=xy)
+        finally:  # the shared Estimator as it was: its model, no summaries
+            est.fit_listeners.remove(est._summaries)
+            est._summaries.close()
+            est._summaries = None
+            est.set_state(before)
+        steps = np.cumsum([h["batch_count"] for h in hist]).tolist()
+        for kind, prefix in (("train", ""), ("validation", "val_")):
+            acc = EventAccumulator(str(tmp_path / "tb" / "orca" / kind), size_guidance={"scalars": 0})
+            acc.Reload()
+            tags = acc.Tags()["scalars"]
+            assert "Loss" in tags, (kind, tags)
+            for tag in tags:
+                points = sorted((s.step, s.value) for s in acc.Scalars(tag))
+                assert [p[0] for p in points] == steps, (kind, tag, points)
+                if tag == "Throughput":
+                    assert all(p[1] > 0 for p in points), points
+                    continue
+                key = prefix + ("loss" if tag == "Loss" else tag)
+                np.testing.assert_allclose([p[1] for p in points], [h[key] for h in hist], rtol=1e-6,
+                                           err_msg=f"{kind}/{tag}")
 
     # ------------------------------------------------------------ liveness
     @pytest.fixture

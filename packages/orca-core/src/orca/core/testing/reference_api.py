@@ -157,7 +157,7 @@ _TORCH = (
            "MainCallback (a custom forward/backward) are not offered: a custom step is a model whose forward "
            "computes it"),
     Method("TensorBoardCallback", "orca.torch:TensorBoardCallback", missing=True,
-           note="est.set_tensorboard(log_dir, app_name) (every Estimator): each epoch's merged stats, written "
+           note="est.set_tensorboard(log_dir) (every Estimator; app_name is optional): each epoch's merged stats, written "
                 "on the driver; est.get_train_summary(tag) reads them back"),
 )
 
@@ -335,8 +335,8 @@ _BIGDL = (
         _a("prefix", UNSUPPORTED, note="the optimizer's state is not restored: give from_bigdl a fresh one"),
     ), positional=1),
     Method("Estimator.get_model", "orca.bigdl:Estimator.get_model"),
-    Method("Estimator.set_tensorboard", "orca.bigdl:Estimator.set_tensorboard", (_a("log_dir"), _a("app_name")),
-           positional=2, note="keeps the summaries BigDL writes (per iteration) in log_dir/app_name"),
+    Method("Estimator.set_tensorboard", "orca.bigdl:Estimator.set_tensorboard",
+           (_a("log_dir"), _a("app_name", DEFAULT, note="optional in Orca: `orca` by default")), positional=2, note="keeps the summaries BigDL writes (per iteration) in log_dir/app_name"),
     Method("Estimator.get_train_summary", "orca.bigdl:Estimator.get_train_summary", (_a("tag"),), positional=1,
            note="`Loss` or `Throughput`: [[iteration, value, wall time], ...], one row per iteration"),
     Method("Estimator.get_validation_summary", "orca.bigdl:Estimator.get_validation_summary", (_a("tag"),),
@@ -468,7 +468,8 @@ _TF1 = (
     Method("Estimator.set_l2_norm_gradient_clipping", f"{_GRAPH}.set_l2_norm_gradient_clipping",
            (_a("clip_norm"),), positional=1, note="from the next step on"),
     Method("Estimator.clear_gradient_clipping", f"{_GRAPH}.clear_gradient_clipping"),
-    Method("Estimator.set_tensorboard", f"{_GRAPH}.set_tensorboard", (_a("log_dir"), _a("app_name")), positional=2,
+    Method("Estimator.set_tensorboard", f"{_GRAPH}.set_tensorboard",
+           (_a("log_dir"), _a("app_name", DEFAULT, note="optional in Orca: `orca` by default")), positional=2,
            note="each epoch's merged stats, written on the driver as the epoch ends (on every Orca Estimator)"),
     Method("Estimator.get_train_summary", f"{_GRAPH}.get_train_summary", (_a("tag"),), positional=1,
            note="`Loss`, `Throughput` or a metric: [[iteration, value, wall time], ...], one row per epoch"),
