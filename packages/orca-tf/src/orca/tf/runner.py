@@ -78,9 +78,14 @@ class KerasRunner(Runner):
 
     @classmethod
     def needs_child(cls, spec: dict[str, Any], rendezvous: Rendezvous) -> bool:
-        """A process that cannot join another strategy (a reused Spark worker that ran TF) hosts
-        the runner in a fresh child (a spare that has imported TensorFlow already)."""
-        return rendezvous.world_size > 1 and not cls.orca_sync and not _sync.can_join(rendezvous)
+        """A strategy rank runs in a fresh child process (a spare that has imported TensorFlow
+        already) when this process cannot join another strategy (a reused Spark worker that ran
+        TF), and whenever this process outlives the call (any Spark Python worker): TensorFlow's
+        gRPC server listens on every interface and cannot be stopped, so it must end with the
+        process that started it, at the end of the fit, not with an idle Spark worker later."""
+        if rendezvous.world_size <= 1 or cls.orca_sync:
+            return False
+        return bool(rendezvous.extra.get("process_outlives_call")) or not _sync.can_join(rendezvous)
 
     def seed_framework(self, seed: int) -> None:
         import random

@@ -86,7 +86,10 @@ def _barrier_work(ctx: Any, rank: int, job: dict[str, Any], load: Callable[[], F
                                                                      "rows": rows}))]
         hosts = [i.address.split(":")[0] or "127.0.0.1" for i in infos]
         counts = [int(g["rows"]) for g in gathered]
-        rdv = make_rendezvous(rank, hosts, [int(g["port"]) for g in gathered], int(gathered[0]["sync_port"]), counts)
+        # a Spark Python worker is reused by later tasks: what a runner opens in it (TF's gRPC
+        # server cannot be closed) outlives the fit unless the runner hosts itself in a child
+        rdv = make_rendezvous(rank, hosts, [int(g["port"]) for g in gathered], int(gathered[0]["sync_port"]), counts,
+                              process_outlives_call=True)
         runner = host_runner(job["runner_cls"], dict(job["spec"], threads=job["threads"]), rdv)
         if job["state"] is not None:
             runner.set_state(job["state"])
