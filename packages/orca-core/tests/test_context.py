@@ -368,3 +368,34 @@ def test_registered_jars_join_spark_jars_and_missing_ones_are_refused(tmp_path):
             ctx_mod.register_spark_jars("test-fw", [str(tmp_path / "missing.jar")])
     finally:
         ctx_mod._REGISTERED_JARS.pop("test-fw", None)
+
+
+@pytest.mark.parametrize(("args", "mode"), [
+    ({}, "embedded"),                                                             # local: Ray on this machine
+    ({"cluster_mode": "standalone"}, "on_spark"),  # a cluster: never the driver alone
+    ({"cluster_mode": "yarn-client"}, "on_spark"),
+    ({"cluster_mode": "standalone", "ray_on_driver": True}, "embedded"),
+    ({"cluster_mode": "standalone", "init_ray_on_spark": True}, "on_spark"),
+    ({"cluster_mode": "standalone", "address": "10.0.0.1:6379"}, "attached"),
+    ({"address": "10.0.0.1:6379"}, "attached"),
+])
+def test_a_cluster_mode_runs_ray_on_the_executors_unless_told_otherwise(args: dict[str, Any], mode: str) -> None:
+    """Which Ray a context would start (decided before anything starts): on a Spark cluster, Ray
+    runs on the executors; the driver alone needs ``ray_on_driver=True``; ``address=`` attaches."""
+    assert OrcaContext(**args).ray_mode() == mode
+
+
+def test_workers_that_do_not_fit_the_ray_cluster_name_the_three_ways_to_give_it_cpus() -> None:
+    """The error a user on a cluster meets when Ray has too few CPUs names each way out."""
+    from orca.core.context import RayRuntime
+    from orca.core.engine.ray_backend import RayWorkerGroup
+    from orca.core.engine.runner import Runner
+
+    group = RayWorkerGroup(Runner, {}, num_workers=2, threads=1, timeout_s=60)
+    with pytest.raises(ValueError) as caught:
+        group._check_room(RayRuntime("127.0.0.1:1", 1, (1,), False, ("n1",), "embedded"))
+    msg = str(caught.value)
+    assert "2 workers x 1 CPUs need more than the Ray cluster's 1 CPUs" in msg
+    assert "embedded Ray" in msg
+    for way in ("init_ray_on_spark=True", "ray_on_driver=True", "address='host:port'", "workers_per_node"):
+        assert way in msg, (way, msg)

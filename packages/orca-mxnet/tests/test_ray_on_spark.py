@@ -1,6 +1,9 @@
-"""orca.mxnet's default (ray) backend on a real Spark standalone cluster (a master and two 1-core
-workers on 127.0.0.1): Ray-on-Spark starts a Ray worker node on each executor and the Gluon
-workers train and predict there (scaffolding shared with orca-torch: orca.core.testing.ray_on_spark)."""
+"""orca.mxnet's default (ray) backend on a real Spark standalone cluster laid out as a user's
+one-machine cluster often is: a master and ONE worker offering 2 cores on 127.0.0.1, and
+``init_orca_context(cluster_mode="standalone", cores=1, num_nodes=2)``, i.e. two 1-core
+executors on that worker. Ray-on-Spark starts a Ray worker node on each executor (two on one
+host) and the Gluon workers train and predict there (scaffolding shared with orca-torch and
+orca-tf, which run two 1-core workers: orca.core.testing.ray_on_spark)."""
 
 import pytest
 
@@ -33,4 +36,4 @@ run.finish(est, pred, est.get_model()(mx.nd.array(run.features(pred))).asnumpy()
 
 @pytest.mark.timeout(600)
 def test_default_ray_backend_runs_on_ray_nodes_started_on_the_spark_executors():
-    check_ray_on_spark_fit(run_on_ray_on_spark(DRIVER, timeout_s=540))
+    check_ray_on_spark_fit(run_on_ray_on_spark(DRIVER, timeout_s=540, workers=1))

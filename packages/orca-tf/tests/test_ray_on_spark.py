@@ -1,6 +1,7 @@
 """orca.tf's default (ray) backend on a real Spark standalone cluster (a master and two 1-core
 workers on 127.0.0.1): Ray-on-Spark starts a Ray worker node on each executor and the Keras
-workers train and predict there (scaffolding shared with orca-torch: orca.core.testing.ray_on_spark)."""
+workers train and predict there (Ray-on-Spark asked for with ``init_ray_on_spark=True``, which
+failed inside Ray's own ``setup_ray_cluster`` before Orca started its Ray nodes itself) (scaffolding shared with orca-torch: orca.core.testing.ray_on_spark)."""
 
 import pytest
 
@@ -17,7 +18,7 @@ def creator(config):
     model.compile(optimizer=keras.optimizers.Adam(0.05), loss="binary_crossentropy")
     return model
 
-run = DriverRun.start()
+run = DriverRun.start(init_ray_on_spark=True)  # asked for explicitly (the default in a cluster mode too)
 est = Estimator.from_keras(model_creator=creator, workers_per_node=1, verbose=0)  # the default backend: ray
 assert est.backend == "ray"
 run.fitted(est, est.fit(run.df, epochs=4, batch_size=64, feature_cols=["x"], label_cols=["y"]))

@@ -121,15 +121,19 @@ class DriverRun:
         print(json.dumps(self.facts))
 
 
-def run_on_ray_on_spark(driver: str, *, env: dict[str, str] | None = None, timeout_s: float = 300.0
-                        ) -> dict[str, Any]:
-    """Run ``driver`` against a fresh Spark standalone cluster of two 1-core workers.
+def run_on_ray_on_spark(driver: str, *, env: dict[str, str] | None = None, timeout_s: float = 300.0,
+                        workers: int = 2) -> dict[str, Any]:
+    """Run ``driver`` against a fresh Spark standalone cluster of 2 cores: two 1-core workers, or
+    with ``workers=1`` one worker offering both (2 executors of 1 core on one worker, as a user's
+    ``cores=1, num_nodes=2`` on a one-machine cluster gets).
 
     Returns:
         The driver's JSON result, plus ``left``: the processes of the driver's Ray-on-Spark
         (keepers, Ray nodes) still alive after the driver ended (there should be none).
     """
-    with spark_standalone_cluster(cores=1, memory="1g", workers=2) as cluster:
+    if workers not in (1, 2):
+        raise ValueError(f"workers={workers}: 1 (one 2-core worker) or 2 (two 1-core workers)")
+    with spark_standalone_cluster(cores=2 // workers, memory=f"{2 // workers}g", workers=workers) as cluster:
         out = run_python(driver, env={"ORCA_MASTER": cluster.master_url, **(env or {})}, timeout_s=timeout_s)
         out["left"] = processes_mentioning(f"orca-ray-{out['context']}")
     return dict(out)
