@@ -10,7 +10,8 @@ This is the whole job end to end, on the embedded local engine (no cluster, no d
 5. save the model and open the file again with plain ``torch.load(weights_only=True)``.
 
 Run it with ``nox -s demo`` (or ``python examples/torch_digits.py --backend spark``).
-It exits with status 1 if the test accuracy is not above 0.9.
+It exits with status 1 if the test accuracy is not above 0.9. orca-torch's tests run its
+``run()`` at a small size in CI (``packages/orca-torch/tests/test_examples.py``).
 """
 
 from __future__ import annotations
@@ -81,18 +82,18 @@ def digits_dataframes(spark, test_size: float = 0.2, seed: int = 0):
     return to_df(x_train, y_train), to_df(x_test, y_test), (x_test, y_test)
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--backend", choices=["ray", "spark", "bigdl"], default="ray", help="where the workers run")
-    parser.add_argument("--workers", type=int, default=2, help="data-parallel workers (default 2)")
-    parser.add_argument("--epochs", type=int, default=10)
-    parser.add_argument("--batch-size", type=int, default=64, help="global batch size, split across workers")
-    args = parser.parse_args(argv)
+def run(backend: str = "ray", workers: int = 2, epochs: int = 10, batch_size: int = 64) -> dict[str, float]:
+    """The whole job; returns what it measured (accuracies, throughput, seconds).
+
+    It starts a local Orca context and stops it at the end, unless one is running already (then it
+    runs there and leaves it running: the package's tests run it so, in their session's context).
+    """
+    from orca.core import OrcaContext
 
     t_start = time.perf_counter()
+    owned = OrcaContext.active() is None
     # 1. The local engine: one Spark "node" with as many cores as workers (one thread each).
-    ctx = init_orca_context(cluster_mode="local", cores=args.workers,
-                            conf={"spark.ui.showConsoleProgress": "false"})
+    ctx = init_orca_context(cluster_mode="local", cores=workers, conf={"spark.ui.showConsoleProgress": "false"})
     spark = ctx.spark_session()
     spark.sparkContext.setLogLevel("ERROR")
     print(f"orca context ready in {time.perf_counter() - t_start:.1f} s")
@@ -109,63 +110,80 @@ def main(argv: list[str] | None = None) -> int:
             optimizer=optimizer_creator,
             loss=nn.CrossEntropyLoss(),
             metrics=["accuracy"],
-            backend=args.backend,
-            workers_per_node=args.workers,
+            backend=backend,
+            workers_per_node=workers,
             config={"lr": 3e-3},
             use_tqdm=False,
         )
         cols = {"feature_cols": ["features"], "label_cols": ["label"]}
 
-        t_fit = time.perf_counter()
-        history = est.fit(train_df, epochs=args.epochs, batch_size=args.batch_size, validation_data=test_df, **cols)
-        fit_s = time.perf_counter() - t_fit
-        for stats in history:
-            print(f"epoch {stats['epoch']:2d}: train_loss {stats['train_loss']:.4f}  val_loss {stats['val_loss']:.4f}"
-                  f"  val_accuracy {stats['val_accuracy']:.4f}  ({stats['epoch_time_s']:.2f} s)")
-        # Throughput: samples trained per second of epoch time once warmed up (epochs after the
-        # first; each includes its validation pass), and over the whole fit call (which also counts
-        # starting the workers, shipping the data to them and the first, warm-up epoch).
-        samples = sum(stats["num_samples"] for stats in history)
-        steady = history[1:] or history
-        epoch_rate = sum(s["num_samples"] for s in steady) / sum(s["epoch_time_s"] for s in steady)
-        fit_rate = samples / fit_s
-        print(f"fit: {fit_s:.1f} s for {len(history)} epochs of {history[0]['num_samples']} samples")
+        try:
+            t_fit = time.perf_counter()
+            history = est.fit(train_df, epochs=epochs, batch_size=batch_size, validation_data=test_df, **cols)
+            fit_s = time.perf_counter() - t_fit
+            for stats in history:
+                print(f"epoch {stats['epoch']:2d}: train_loss {stats['train_loss']:.4f}  val_loss {stats['val_loss']:.4f}"
+                      f"  val_accuracy {stats['val_accuracy']:.4f}  ({stats['epoch_time_s']:.2f} s)")
+            # Throughput: samples trained per second of epoch time once warmed up (epochs after the
+            # first; each includes its validation pass), and over the whole fit call (which also counts
+            # starting the workers, shipping the data to them and the first, warm-up epoch).
+            samples = sum(stats["num_samples"] for stats in history)
+            steady = history[1:] or history
+            epoch_rate = sum(s["num_samples"] for s in steady) / sum(s["epoch_time_s"] for s in steady)
+            fit_rate = samples / fit_s
+            print(f"fit: {fit_s:.1f} s for {len(history)} epochs of {history[0]['num_samples']} samples")
 
-        # 4. Evaluate and predict on the held-out DataFrame.
-        result = est.evaluate(test_df, batch_size=args.batch_size, **cols)
-        print(f"evaluate: {result}")
+            # 4. Evaluate and predict on the held-out DataFrame.
+            result = est.evaluate(test_df, batch_size=batch_size, **cols)
+            print(f"evaluate: {result}")
 
-        from pyspark.sql import functions as F
+            from pyspark.sql import functions as F
 
-        pred_df = est.predict(test_df, batch_size=args.batch_size, feature_cols=["features"])
-        # `prediction` holds the 10 logits; the class is the position of the largest (1-based in Spark SQL).
-        pred_df = pred_df.withColumn(
-            "predicted", (F.array_position("prediction", F.array_max("prediction")) - 1).cast("long"))
-        pred_df.select("label", "predicted").show(5)
-        pred_acc = pred_df.select(F.avg((F.col("predicted") == F.col("label")).cast("double"))).first()[0]
+            pred_df = est.predict(test_df, batch_size=batch_size, feature_cols=["features"])
+            # `prediction` holds the 10 logits; the class is the position of the largest (1-based in Spark SQL).
+            pred_df = pred_df.withColumn(
+                "predicted", (F.array_position("prediction", F.array_max("prediction")) - 1).cast("long"))
+            pred_df.select("label", "predicted").show(5)
+            pred_acc = pred_df.select(F.avg((F.col("predicted") == F.col("label")).cast("double"))).first()[0]
 
-        # 5. Save: a plain torch state dict, which plain torch opens without Orca.
-        with tempfile.TemporaryDirectory() as tmp:
-            path = est.save(os.path.join(tmp, "digits_cnn.pt"))
-            state = torch.load(path, weights_only=True)
-            reloaded = DigitsCNN()
-            reloaded.load_state_dict(state)
-            reloaded.eval()
-            with torch.no_grad():
-                logits = reloaded(torch.from_numpy(x_test))
-            reloaded_acc = float((logits.argmax(1).numpy() == y_test).mean())
-            print(f"saved {os.path.basename(path)} ({os.path.getsize(path) / 1024:.0f} KiB, {len(state)} tensors); "
-                  f"reloaded with torch.load(weights_only=True): accuracy {reloaded_acc:.4f}")
-        est.shutdown()
+            # 5. Save: a plain torch state dict, which plain torch opens without Orca.
+            with tempfile.TemporaryDirectory() as tmp:
+                path = est.save(os.path.join(tmp, "digits_cnn.pt"))
+                state = torch.load(path, weights_only=True)
+                reloaded = DigitsCNN()
+                reloaded.load_state_dict(state)
+                reloaded.eval()
+                with torch.no_grad():
+                    logits = reloaded(torch.from_numpy(x_test))
+                reloaded_acc = float((logits.argmax(1).numpy() == y_test).mean())
+                print(f"saved {os.path.basename(path)} ({os.path.getsize(path) / 1024:.0f} KiB, {len(state)} tensors); "
+                      f"reloaded with torch.load(weights_only=True): accuracy {reloaded_acc:.4f}")
+        finally:
+            est.shutdown()
     finally:
-        stop_orca_context()
+        if owned:
+            stop_orca_context()
+    return {"accuracy": float(result["val_accuracy"]), "predict_accuracy": float(pred_acc),
+            "reloaded_accuracy": reloaded_acc, "test_rows": int(len(y_test)), "epoch_rate": epoch_rate,
+            "fit_rate": fit_rate, "total_s": time.perf_counter() - t_start}
 
-    accuracy = result["val_accuracy"]
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--backend", choices=["ray", "spark", "bigdl"], default="ray", help="where the workers run")
+    parser.add_argument("--workers", type=int, default=2, help="data-parallel workers (default 2)")
+    parser.add_argument("--epochs", type=int, default=10)
+    parser.add_argument("--batch-size", type=int, default=64, help="global batch size, split across workers")
+    args = parser.parse_args(argv)
+
+    out = run(args.backend, args.workers, args.epochs, args.batch_size)
+    accuracy = out["accuracy"]
     print()
     print(f"backend           : {args.backend}, {args.workers} workers")
-    print(f"test accuracy     : {accuracy:.4f} (evaluate), {pred_acc:.4f} (predict), {reloaded_acc:.4f} (reloaded)")
-    print(f"training samples/s: {epoch_rate:.0f} (epochs 2+), {fit_rate:.0f} (whole fit call, with start-up)")
-    print(f"total time        : {time.perf_counter() - t_start:.1f} s")
+    print(f"test accuracy     : {accuracy:.4f} (evaluate), {out['predict_accuracy']:.4f} (predict), "
+          f"{out['reloaded_accuracy']:.4f} (reloaded)")
+    print(f"training samples/s: {out['epoch_rate']:.0f} (epochs 2+), {out['fit_rate']:.0f} (whole fit call, with start-up)")
+    print(f"total time        : {out['total_s']:.1f} s")
     if accuracy <= ACCURACY_TARGET:
         print(f"FAILED: test accuracy {accuracy:.4f} is not above {ACCURACY_TARGET}", file=sys.stderr)
         return 1
