@@ -27,19 +27,19 @@ import time
 T_PROCESS = time.perf_counter()
 T_PROCESS_WALL = time.time()
 
-import argparse  # noqa: E402
-import json  # noqa: E402
-import os  # noqa: E402
-import sys  # noqa: E402
-import tempfile  # noqa: E402
-from typing import Any  # noqa: E402
+import argparse
+import json
+import os
+import sys
+import tempfile
+from typing import Any
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-import cloudpickle  # noqa: E402
-import common  # noqa: E402
-from harness import cached_df  # noqa: E402
-from torch import nn  # noqa: E402
+import cloudpickle
+import common
+from harness import cached_df
+from torch import nn
 
 # common.py is not installed on the workers: its model and optimizer travel by value.
 cloudpickle.register_pickle_by_value(common)

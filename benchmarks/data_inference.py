@@ -20,9 +20,9 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-import datapath  # noqa: E402
-import inference  # noqa: E402
-from harness import local_spark  # noqa: E402
+import datapath
+import inference
+from harness import local_spark
 
 
 def main() -> None:

@@ -26,8 +26,8 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-import cloudpickle  # noqa: E402
-import common  # noqa: E402
+import cloudpickle
+import common
 
 cloudpickle.register_pickle_by_value(common)
 

@@ -15,11 +15,11 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-import common  # noqa: E402
-import torch  # noqa: E402
-import torch.distributed as dist  # noqa: E402
-import torch.multiprocessing as mp  # noqa: E402
-from torch import nn  # noqa: E402
+import common
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+from torch import nn
 
 
 def _ddp_worker(rank: int, world: int, port: int, rows: int, batch_size: int, epochs: int, queue) -> None:

@@ -18,7 +18,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-from harness import RESULTS, fmt, verdict  # noqa: E402
+from harness import RESULTS, fmt, verdict
 
 ORDER = ["training", "startup", "tf", "data", "memory", "inference", "openvino"]
 PNG = HERE.parent / "docs" / "benchmarks" / "ratios.png"

@@ -31,12 +31,12 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-import datapath  # noqa: E402
-import inference  # noqa: E402
-import memory  # noqa: E402
-import report  # noqa: E402
-import train  # noqa: E402
-from harness import loadavg, run_child, write_part  # noqa: E402
+import datapath
+import inference
+import memory
+import report
+import train
+from harness import loadavg, run_child, write_part
 
 PARTS = ("train", "data", "inference", "memory")
 

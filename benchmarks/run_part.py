@@ -21,7 +21,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-from harness import loadavg, row, run_child, write_part  # noqa: E402
+from harness import loadavg, row, run_child, write_part
 
 TIMEOUT_S = {True: 600, False: 1500}
 

@@ -21,15 +21,15 @@ import time
 T_PROCESS = time.perf_counter()
 T_PROCESS_WALL = time.time()
 
-import argparse  # noqa: E402
-import json  # noqa: E402
-import os  # noqa: E402
-import sys  # noqa: E402
+import argparse
+import json
+import os
+import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-import cloudpickle  # noqa: E402
-import common  # noqa: E402
+import cloudpickle
+import common
 
 cloudpickle.register_pickle_by_value(common)
 
