@@ -7,6 +7,7 @@ pickles that would create a file are offered everywhere Orca reads bytes.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import pickle
@@ -252,6 +253,39 @@ def test_random_bytes_at_the_progress_server_are_dropped(chunks: list[bytes]) ->
     finally:
         server.close()
     assert list(server.events) == [{"event": "epoch", "epoch": 3}]
+
+
+@pytest.mark.timeout(120)
+def test_a_crowd_of_strangers_neither_grows_the_progress_servers_threads_or_memory_nor_locks_out_the_reporter(
+) -> None:
+    """60 strangers connect and hold their connections, each sending a line that never ends (4 KB,
+    no token, no newline): the server keeps at most ``max_connections`` reader threads, its memory
+    stays flat, and the real reporter, arriving last, is still heard."""
+    server = ProgressServer("127.0.0.1", use_tqdm=False)
+    crowd: list[socket.socket] = []
+    threads_before = threading.active_count()
+    tracemalloc.start()
+    try:
+        most_threads = 0
+        for _ in range(60):
+            sock = socket.create_connection(server.address, timeout=5)
+            with contextlib.suppress(OSError):  # the server may already have closed it to make room
+                sock.sendall(b"z" * 4096)
+            crowd.append(sock)
+            most_threads = max(most_threads, threading.active_count() - threads_before)
+        report_and_wait(server, {"event": "epoch", "epoch": 2})
+        most_threads = max(most_threads, threading.active_count() - threads_before)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+        for sock in crowd:
+            sock.close()
+        server.close()
+    # its accept thread and at most max_connections readers
+    assert most_threads <= server.max_connections + 1, most_threads
+    assert server.refused >= 60 - server.max_connections, server.refused
+    assert peak < 4 << 20, f"the server's memory grew by {peak} bytes for 60 strangers"
+    assert list(server.events) == [{"event": "epoch", "epoch": 2}]
 
 
 # ------------------------------------------------------------------ checkpoints

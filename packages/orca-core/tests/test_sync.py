@@ -155,6 +155,41 @@ def test_mismatched_buffers_get_a_clear_error():
 
 
 @pytest.mark.timeout(60)
+def test_a_barrier_message_that_announces_a_payload_is_refused_before_it_is_read():
+    """Rank 1 sends a barrier frame that claims 1 TiB: rank 0's barrier fails at once with a
+    SyncError naming the sizes (it allocates nothing for it); barriers of honest ranks pass."""
+    import threading
+
+    from orca.core.sync.group import _BARRIER, HEADER, MAGIC
+
+    port = find_free_port()
+    errors: dict[int, BaseException] = {}
+    passed: list[int] = []
+
+    def rank(r: int) -> None:
+        try:
+            with SyncGroup.connect(r, 2, "127.0.0.1", port, token=TEST_TOKEN, timeout_s=10) as g:
+                g.barrier()  # an honest one first
+                passed.append(r)
+                if r == 1:
+                    g._peers[0].sendall(HEADER.pack(MAGIC, _BARRIER, g._next(), 1 << 40))
+                    g._peers[0].recv(1)  # wait for rank 0 to close on us
+                else:
+                    g.barrier()
+        except (SyncError, OSError) as exc:
+            errors[r] = exc
+
+    threads = [threading.Thread(target=rank, args=(r,)) for r in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(30)
+    assert sorted(passed) == [0, 1]
+    assert isinstance(errors.get(0), SyncError), errors
+    assert "expects 0 bytes in barrier" in str(errors[0]) and str(1 << 40) in str(errors[0]), errors
+
+
+@pytest.mark.timeout(60)
 def test_a_peer_that_never_arrives_fails_the_rendezvous_within_its_timeout_naming_it():
     """Rank 0 of a group of 3 waits for ranks 1 and 2; only rank 1 comes. Rank 0 fails once the
     sync timeout passes (not before, not long after), naming rank 2 as the one that never joined."""

@@ -52,9 +52,11 @@ from orca.core.sync.handshake import HEADER, HELLO, MAGIC, TABLE, accept_peers, 
 
 __all__ = ["PeerLostError", "SyncError", "SyncGroup", "SyncTimeoutError"]
 
-_REDUCE, _GATHER, _BCAST, _OBJECT = range(3, 7)
+_REDUCE, _GATHER, _BCAST, _OBJECT, _BARRIER = range(3, 8)
 _OP_NAMES = {HELLO: "hello", TABLE: "address table", _REDUCE: "allreduce (reduce-scatter)",
-             _GATHER: "allreduce (all-gather)", _BCAST: "broadcast", _OBJECT: "allgather"}
+             _GATHER: "allreduce (all-gather)", _BCAST: "broadcast", _OBJECT: "allgather", _BARRIER: "barrier"}
+#: a barrier's message: a header and nothing else (a peer announcing more fails the barrier at once)
+_NOTHING = np.zeros(0, np.uint8)
 #: the default bound on one rank's allgather message (stats, metric states, flags)
 MAX_OBJECT_BYTES = 256 << 20
 _SOCKET_BUFFER = 4 << 20
@@ -331,8 +333,17 @@ class SyncGroup(Collective):
         return out
 
     def barrier(self) -> None:
-        """Return once every rank has called ``barrier``."""
-        self.allgather(None)
+        """Return once every rank has called ``barrier``.
+
+        Each rank sends every peer an empty message: one that announces any payload is refused
+        before it is read (a :class:`SyncError`), so a barrier never allocates for a peer."""
+        if self.world_size == 1:
+            return
+        seq = self._next()
+        sends = [self._pool.submit(self._send, j, _BARRIER, seq, _NOTHING) for j in self._order]
+        for j in self._order:
+            self._recv(j, _BARRIER, seq, _NOTHING)
+        self._wait(sends)
 
     def close(self) -> None:
         """Close every connection (peers still waiting on this rank fail at once)."""
