@@ -47,9 +47,16 @@ try:
 except KeyboardInterrupt:
     interrupted = True
 stopped_in = time.monotonic() - seen.get("t", time.monotonic())
-time.sleep(3)
 sc = ctx.spark_session().sparkContext
-alive = [p for p in seen.get("pids", []) if psutil.pid_exists(p) and psutil.Process(p).status() != "zombie"]
+
+def alive_pids():
+    return [p for p in seen.get("pids", []) if psutil.pid_exists(p) and psutil.Process(p).status() != "zombie"]
+
+# wait (up to 60 s) for what must end: Spark's jobs, and on ray the actors (Spark reuses its Python workers)
+deadline = time.monotonic() + 60
+while time.monotonic() < deadline and (sc.statusTracker().getActiveJobsIds() or (BACKEND == "ray" and alive_pids())):
+    time.sleep(0.1)
+alive = alive_pids()
 same = bool(np.array_equal(est.predict(x, batch_size=8), after_first))
 print(json.dumps({"interrupted": interrupted, "stopped_in": stopped_in, "pids": seen.get("pids", []),
                   "alive": alive, "active_jobs": list(sc.statusTracker().getActiveJobsIds()),
@@ -63,7 +70,8 @@ stop_orca_context()
 def test_ctrl_c_during_fit_stops_every_worker_and_keeps_the_last_state(backend):
     out = run_python(DRIVER.replace("BACKEND", repr(backend)), timeout_s=280)
     assert out["interrupted"], out
-    assert out["stopped_in"] < 15, out  # the driver returned within seconds of Ctrl-C
+    # the driver returned within seconds of Ctrl-C, not when the fit's 80 s were over (a promise, not a speed)
+    assert out["stopped_in"] < 15, out
     assert out["active_jobs"] == [], out  # no Spark job keeps training
     assert out["same_predictions"], out  # the state of the first fit, and the context still serves calls
     if backend == "ray":
