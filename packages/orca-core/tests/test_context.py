@@ -399,3 +399,27 @@ def test_workers_that_do_not_fit_the_ray_cluster_name_the_three_ways_to_give_it_
     assert "embedded Ray" in msg
     for way in ("init_ray_on_spark=True", "ray_on_driver=True", "address='host:port'", "workers_per_node"):
         assert way in msg, (way, msg)
+
+
+def test_a_ray_node_on_an_executor_offers_the_executors_cpus_and_gpus_together() -> None:
+    """Ray-on-Spark: each executor's Ray node takes its CPUs from ``cores`` and its GPUs from the
+    executors' ``spark.executor.resource.gpu.amount`` (the setting Spark schedules GPUs by);
+    a fractional or negative amount is refused with the setting's name."""
+    from pyspark import SparkConf
+
+    from orca.core._ray_node import _node_command
+    from orca.core._ray_spark import executor_gpus
+
+    assert executor_gpus(SparkConf(loadDefaults=False)) == 0
+    assert executor_gpus(SparkConf(loadDefaults=False).set("spark.executor.resource.gpu.amount", "2")) == 2
+    for bad in ("0.5", "-1", "two"):
+        with pytest.raises(ValueError, match="spark.executor.resource.gpu.amount"):
+            executor_gpus(SparkConf(loadDefaults=False).set("spark.executor.resource.gpu.amount", bad))
+    args = {"gcs": "127.0.0.1:6379", "num_cpus": 4, "num_gpus": 2, "memory": 2 << 30,
+            "object_store_memory": 1 << 30, "key": "e1", "context": "c1", "loopback": True}
+    cmd = _node_command(args, "ray-temp")
+    assert cmd[cmd.index("--num-cpus") + 1] == "4" and cmd[cmd.index("--num-gpus") + 1] == "2", cmd
+    ports = [int(cmd[cmd.index(flag) + 1]) for flag in ("--dashboard-agent-listen-port", "--metrics-export-port")]
+    ephemeral_start = int(open("/proc/sys/net/ipv4/ip_local_port_range").read().split()[0])
+    if ephemeral_start > 21000:  # (where the range leaves room below it)
+        assert all(p < ephemeral_start for p in ports), ports  # no bind(0) of another process takes them

@@ -80,7 +80,7 @@ def start_keeper_in_task(config: dict[str, Any], auth: dict[str, str]) -> dict[s
     the lock file and starts nothing.
 
     Args:
-        config: ``gcs`` (head address), ``context`` (id), ``num_cpus``, ``memory``,
+        config: ``gcs`` (head address), ``context`` (id), ``num_cpus``, ``num_gpus``, ``memory``,
             ``object_store_memory`` (bytes), ``loopback`` (bool).
         auth: the Ray auth environment variables of the context.
 
@@ -133,22 +133,23 @@ def cleanup_in_task(context: str, grace_s: float = 10.0) -> int:
     return len(set(pids))
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("", 0))
-        return int(sock.getsockname()[1])
+def _free_port(loopback: bool) -> int:
+    """A port for one of the node's listeners, from below the ephemeral range (orca.core._net)."""
+    from orca.core._net import find_free_port
+
+    return find_free_port("127.0.0.1" if loopback else "")
 
 
 def _node_command(args: dict[str, Any], temp_dir: str) -> list[str]:
     cmd = [
         sys.executable, "-c", RAY_START, "start", "--address", args["gcs"],
-        "--num-cpus", str(int(args["num_cpus"])), "--num-gpus", "0",
+        "--num-cpus", str(int(args["num_cpus"])), "--num-gpus", str(int(args.get("num_gpus", 0))),
         "--memory", str(int(args["memory"])),
         "--object-store-memory", str(int(args["object_store_memory"])),
         "--temp-dir", temp_dir,
         "--labels", f"{EXECUTOR_LABEL}={args['key']},{CONTEXT_LABEL}={args['context']}",
-        "--dashboard-agent-listen-port", str(_free_port()),
-        "--metrics-export-port", str(_free_port()),
+        "--dashboard-agent-listen-port", str(_free_port(bool(args.get("loopback")))),
+        "--metrics-export-port", str(_free_port(bool(args.get("loopback")))),
         "--disable-usage-stats", "--block",
     ]
     if args.get("loopback"):

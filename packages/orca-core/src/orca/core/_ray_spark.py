@@ -48,6 +48,20 @@ def parse_bytes(value: str | int) -> int:
     return int(float(match.group(1)) * scale)
 
 
+def executor_gpus(conf: Any) -> int:
+    """GPUs each executor's Ray node offers: the executors' ``spark.executor.resource.gpu.amount``
+    (0 without it). CPUs and GPUs of a node come from the same executor settings, together."""
+    raw = conf.get("spark.executor.resource.gpu.amount", "0") or "0"
+    try:
+        gpus = float(raw)
+    except ValueError:
+        raise ValueError(f"spark.executor.resource.gpu.amount={raw!r} is not a number of GPUs") from None
+    if gpus < 0 or gpus != int(gpus):
+        raise ValueError(f"spark.executor.resource.gpu.amount={raw!r}: a Ray node on an executor offers whole "
+                         "GPUs; set a whole number (0 for none).")
+    return int(gpus)
+
+
 def node_resources(memory: str | int, object_store_memory: int | None) -> tuple[int, int]:
     """``(memory, object store)`` bytes of a Ray worker node on an executor with ``memory``."""
     total = parse_bytes(memory)
@@ -141,7 +155,7 @@ class RayOnSpark:
         gcs = str(ray.get_runtime_context().gcs_address)
         memory, store = node_resources(self.memory, self.object_store_memory)
         self._config = {"gcs": gcs, "context": self.context_id, "num_cpus": self.cores, "memory": memory,
-                        "object_store_memory": store, "loopback": loopback}
+                        "num_gpus": executor_gpus(sc.getConf()), "object_store_memory": store, "loopback": loopback}
         self._auth = dict(auth)
         self.nodes = self._wait_for_nodes(self._start_keepers(executors))
         log.info("Ray-on-Spark: head on the driver (%s), %d worker nodes on the executors", gcs, len(self.nodes))
