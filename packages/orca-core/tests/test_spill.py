@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from orca.core.engine.feed import Feed
+from orca.core.engine.feed import Feed, check_shuffle
 from orca.core.engine.spill import DiskFeed, FeedBuilder, part_bytes
 
 
@@ -97,6 +97,44 @@ def test_the_window_shuffle_sees_every_row_once_and_its_order_follows_epoch_and_
     assert not np.array_equal(order(1, 0), first)
     assert not np.array_equal(order(0, 1), first)
     assert not np.array_equal(first, np.arange(203))
+
+
+@pytest.mark.parametrize("window_rows", [5, 32, 1000])
+@pytest.mark.parametrize("counts, rank", [([203, 150], 0), ([150, 203], 1), ([203, 0, 7], 0)])
+def test_each_shuffle_mode_gives_the_same_batches_in_memory_and_on_disk(tmp_path: Any, window_rows: int,
+                                                                       counts: list[int], rank: int) -> None:
+    """For the same seed and epoch, ``"full"`` on disk reads the rows in the in-memory exact
+    shuffle's order and ``"window"`` in memory follows the disk's window plan: the same batches,
+    row for row, so a fit does not depend on where a worker's share lives. ``True`` is the exact
+    shuffle in memory and the window shuffle on disk."""
+    parts = _parts(203, [100, 103])
+    memory = Feed.concat(parts)
+    disk = _build(parts, 0, tmp_path)
+    disk._window_rows = window_rows
+    window_bytes = window_rows * memory.row_bytes
+    assert memory.row_bytes == disk.row_bytes == 44
+    for epoch, seed in ((0, 0), (3, 7)):
+        kw = {"epoch": epoch, "seed": seed, "window_bytes": window_bytes}
+        for mem_mode, disk_mode in (("full", "full"), ("window", "window"), (True, "full"), ("window", True)):
+            want = list(memory.train_batches(counts, rank, 32, shuffle=mem_mode, **kw))
+            got = list(disk.train_batches(counts, rank, 32, shuffle=disk_mode, **kw))
+            assert len(got) == len(want) > 0
+            for a, b in zip(got, want, strict=True):
+                _same_batch(a, b)
+    # the window shuffle in memory sees every row once and is not the exact shuffle's order
+    window = np.concatenate([b.x[0][:, 0] for b in memory.train_batches(counts, rank, 32, shuffle="window",
+                                                                            window_bytes=window_bytes)])
+    full = np.concatenate([b.x[0][:, 0] for b in memory.train_batches(counts, rank, 32, shuffle="full")])
+    assert sorted(window.astype(int)) == list(range(203))
+    assert not np.array_equal(window, full)
+
+
+@pytest.mark.parametrize("bad", ["sometimes", "Full", 1, None, 0.5])
+def test_a_shuffle_that_is_not_a_mode_is_refused_naming_the_modes(bad: Any) -> None:
+    with pytest.raises(ValueError, match=r"shuffle=.* is not a shuffle mode: use True .* 'full' .* 'window' .* False"):
+        check_shuffle(bad)
+    for good in (True, False, "full", "window"):
+        assert check_shuffle(good) is good
 
 
 def test_rows_of_another_shape_are_refused_with_the_column_named(tmp_path: Any) -> None:

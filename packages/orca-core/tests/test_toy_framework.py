@@ -409,7 +409,8 @@ def test_a_share_over_worker_data_memory_mb_trains_from_disk_with_the_in_memory_
     in Spark's local directory or the actor's temporary one),
     and without shuffling the fit ends at the in-memory fit's weights and validation loss, and
     evaluate gives its loss, to 1e-12; the folders are gone after. With the window shuffle it
-    learns the true function."""
+    learns the true function. ``shuffle="full"`` from disk trains exactly as the in-memory exact
+    shuffle, and ``shuffle="window"`` in memory exactly as the disk's window shuffle (to 1e-12)."""
     import glob
     import json
     import os
@@ -423,8 +424,12 @@ def test_a_share_over_worker_data_memory_mb_trains_from_disk_with_the_in_memory_
     kw = {"feature_cols": ["x"], "label_cols": ["y"]}
     est = NumpyEstimator.from_numpy(lr=0.05, backend=backend)
 
-    def run(memory_mb: float, shuffle: bool, probe: str | None = None) -> tuple[Any, ...]:
+    def run(memory_mb: float, shuffle: bool | str, probe: str | None = None) -> tuple[Any, ...]:
+        nonlocal est
         OrcaContext.worker_data_memory_mb = memory_mb
+        if shuffle is not False:  # the shuffle follows the epoch number: each shuffled fit starts at epoch 1
+            est.shutdown()
+            est = NumpyEstimator.from_numpy(lr=0.05, backend=backend)
         est.set_state({"w": np.zeros(NUM_FEATURES), "b": np.zeros(1)})
         hist = est.fit(df, epochs=2, batch_size=64, shuffle=shuffle, validation_data=df,
                        callbacks=[_SpillProbe(probe)] if probe else None, **kw)
@@ -446,6 +451,16 @@ def test_a_share_over_worker_data_memory_mb_trains_from_disk_with_the_in_memory_
         m, _, eval_shuffled = run(0.01, True)
         np.testing.assert_allclose(m["w"], TRUE_W, atol=0.05)
         assert eval_shuffled < 0.01
+        if backend == "spark":  # the modes live in the feeds, which both launchers share (CI time)
+            # a 2,000-row share is one window of one chunk in both settings here: the window orders agree
+            m_window, _, _ = run(2048, "window")
+            for key in ("w", "b"):
+                np.testing.assert_allclose(m_window[key], m[key], rtol=0, atol=1e-12)
+            m_full_disk, _, _ = run(0.01, "full")
+            m_full, _, _ = run(2048, True)
+            for key in ("w", "b"):
+                np.testing.assert_allclose(m_full_disk[key], m_full[key], rtol=0, atol=1e-12)
+            assert not np.allclose(m_full["w"], m["w"], rtol=0, atol=1e-9)  # the two shuffles do differ
     finally:
         OrcaContext.worker_data_memory_mb = 2048.0
         est.shutdown()

@@ -275,7 +275,7 @@ class Estimator(BaseEstimator):
         feature_cols: str | Sequence[str] | None = None,
         label_cols: str | Sequence[str] | None = None,
         verbose: int | None = None,
-        shuffle: bool = True,
+        shuffle: bool | str = True,
         max_failures: int | None = None,
         skip_non_finite_steps: bool = False,
     ) -> History:
@@ -304,7 +304,8 @@ class Estimator(BaseEstimator):
             feature_cols: input column(s).
             label_cols: target column(s).
             verbose: 0 hides the progress bar for this call.
-            shuffle: shuffle each worker's rows every epoch.
+            shuffle: how each worker shuffles its rows every epoch: ``True``, ``"full"``,
+                ``"window"`` or ``False`` (see :meth:`orca.core.engine.estimator.BaseEstimator.fit`).
             max_failures: lost workers the fit recovers from, resuming from the last completed
                 epoch (see ``orca.core``'s ``BaseEstimator.fit``; Keras callbacks then start afresh
                 with each epoch).

@@ -59,7 +59,7 @@ class GraphEstimator(BaseEstimator):
 
     def fit(self, data: Any, epochs: int = 1, batch_size: int = 32, feature_cols: Any = None,  # type: ignore[override]
             label_cols: Any = None, validation_data: Any = None, callbacks: list[Any] | None = None,
-            max_steps: int | None = None, shuffle: bool = True, validation_freq: int = 1,
+            max_steps: int | None = None, shuffle: bool | str = True, validation_freq: int = 1,
             max_failures: int | None = None, skip_non_finite_steps: bool = False) -> History:
         """Train data-parallel: each step applies exactly the global batch's gradient of ``loss``.
 
@@ -76,7 +76,8 @@ class GraphEstimator(BaseEstimator):
             validation_data: data of the same kind, evaluated after every ``validation_freq`` epochs.
             callbacks: orca Callbacks (run in the workers).
             max_steps: stop after this many steps in all.
-            shuffle: shuffle each worker's rows every epoch.
+            shuffle: how each worker shuffles its rows every epoch: ``True``, ``"full"``,
+                ``"window"`` or ``False`` (see :meth:`orca.core.engine.estimator.BaseEstimator.fit`).
             validation_freq: validate after every this many epochs.
             max_failures: lost workers the fit recovers from (see ``BaseEstimator.fit``).
             skip_non_finite_steps: leave out a step whose all-reduced gradient holds NaN/Inf

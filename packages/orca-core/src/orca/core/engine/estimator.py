@@ -21,12 +21,14 @@ import numpy as np
 from orca.core.engine.backend import Backend, resolve_backend
 from orca.core.engine.callbacks import Callback, latest_checkpoint
 from orca.core.engine.errors import OrcaWorkerError, WorkerLostError, check_positive_int
+from orca.core.engine.feed import check_shuffle
 from orca.core.engine.group import ModelState, WorkerGroup
 from orca.core.engine.history import History
 from orca.core.engine.liveness import backstop_s
 from orca.core.engine.loop import FitArgs, merge_eval_states
 from orca.core.engine.runner import Runner
 from orca.core.engine.sources import DataFrameSource, DataSource
+from orca.core.engine.spill import feed_memory_bytes, shuffle_window_bytes
 
 log = logging.getLogger("orca")
 
@@ -175,7 +177,7 @@ class BaseEstimator:
     # ------------------------------------------------------------- API
     def fit(self, data: Any, epochs: int = 1, batch_size: int = 32, feature_cols: Any = None,
             label_cols: Any = None, validation_data: Any = None, callbacks: list[Callback] | None = None,
-            max_steps: int | None = None, shuffle: bool = True, reduce_results: bool = True,
+            max_steps: int | None = None, shuffle: bool | str = True, reduce_results: bool = True,
             validation_freq: int = 1, steps_per_epoch: int | None = None,
             validation_steps: int | None = None, max_failures: int | None = None,
             skip_non_finite_steps: bool = False) -> History:
@@ -191,7 +193,12 @@ class BaseEstimator:
             validation_data: data of the same kind, evaluated after each epoch.
             callbacks: :class:`~orca.core.engine.callbacks.Callback` objects, run in the workers.
             max_steps: stop after this many steps in total.
-            shuffle: shuffle each worker's rows every epoch.
+            shuffle: how each worker shuffles its rows every epoch: ``True`` as its share allows
+                (exactly while the share is in memory, by windows once it is on disk, see
+                ``worker_data_memory_mb``), ``"full"`` exactly always (a share on disk is then read
+                in the permutation's order: the in-memory fit's batches, slower), ``"window"`` by
+                windows always (chunks in a random order, rows shuffled within a window of
+                chunks), ``False`` not at all.
             reduce_results: ``False`` returns per-worker stats (identical here: stats are merged).
             validation_freq: validate only after epochs whose (1-based) number is a multiple of
                 this; the other epochs skip the validation pass on every rank.
@@ -231,6 +238,7 @@ class BaseEstimator:
             if value is not None:
                 check_positive_int(name, value)
         self._check_batch_size(batch_size)
+        shuffle = check_shuffle(shuffle)
         if not isinstance(skip_non_finite_steps, bool):
             raise TypeError(f"skip_non_finite_steps must be True or False, got {skip_non_finite_steps!r}.")
         if skip_non_finite_steps and not self.runner_cls.can_skip_steps:
@@ -252,6 +260,7 @@ class BaseEstimator:
         if tracker is not None and tracker.log_model:  # a flavoured MLflow model needs an input example
             self.input_example = src.example_features()
         args = FitArgs(epochs=epochs, batch_size=batch_size, shuffle=shuffle, seed=int(self.spec.get("seed") or 0),
+                       window_bytes=shuffle_window_bytes(feed_memory_bytes()),
                        max_steps=max_steps, metrics=self.metrics, start_epoch=self._epoch,
                        callbacks=list(callbacks or []), validation_freq=validation_freq,
                        steps_per_epoch=steps_per_epoch, validation_steps=validation_steps,

@@ -84,6 +84,61 @@ def steps_per_epoch(total_rows: int, batch_size: int) -> int:
     return max(1, -(-total_rows // batch_size)) if total_rows > 0 else 0
 
 
+#: what ``fit(shuffle=...)`` takes (see :func:`check_shuffle`)
+SHUFFLE_MODES = (True, False, "full", "window")
+#: chunks per shuffle window: the window shuffle takes each window from this many places of the share
+CHUNKS_PER_WINDOW = 16
+#: the smallest shuffle window, in bytes of rows
+MIN_WINDOW_BYTES = 1 << 20
+
+
+def check_shuffle(shuffle: Any) -> bool | str:
+    """``shuffle`` if ``fit`` takes it, else a ``ValueError`` naming the choices.
+
+    ``True`` shuffles as the share allows: exactly (a permutation of every row) while it is in
+    memory, by windows once it is on disk; ``"full"`` is the exact shuffle always (a share on
+    disk is then read row by row in the permutation's order: exact, slower); ``"window"`` is
+    the window shuffle always (chunks of rows in a random order, rows shuffled within a window
+    of chunks); ``False`` keeps each worker's rows in order.
+    """
+    if isinstance(shuffle, bool) or (isinstance(shuffle, str) and shuffle in ("full", "window")):
+        return shuffle
+    raise ValueError(f"shuffle={shuffle!r} is not a shuffle mode: use True (exact while a worker's share is in "
+                     "memory, by windows once it is on disk), 'full' (exact always), 'window' (by windows "
+                     "always) or False (rows in order).")
+
+
+def window_rows(row_bytes: int, window_bytes: int) -> int:
+    """Rows of one shuffle window: as many rows of ``row_bytes`` as ``window_bytes`` holds (at least one)."""
+    return max(1, int(window_bytes) // max(1, int(row_bytes)))
+
+
+def window_plan(num_rows: int, rows_per_window: int, rng: np.random.Generator
+                ) -> Iterator[tuple[list[tuple[int, int]], np.ndarray]]:
+    """The window shuffle of ``num_rows`` rows: chunks of ``rows_per_window //``
+    :data:`CHUNKS_PER_WINDOW` rows in a random order, grouped into windows; for each window, its
+    chunks' ``(start, stop)`` spans and where each of its rows goes (``places[k]``: the position
+    in the window of the window's ``k``-th row, counted through its spans in order)."""
+    window = max(1, rows_per_window)
+    chunk = max(1, window // CHUNKS_PER_WINDOW)
+    per_window = max(1, window // chunk)
+    starts = np.arange(0, num_rows, chunk)[rng.permutation(-(-num_rows // chunk))]
+    for w in range(0, len(starts), per_window):
+        spans = [(int(a), min(num_rows, int(a) + chunk)) for a in starts[w:w + per_window]]
+        yield spans, rng.permutation(sum(b - a for a, b in spans))
+
+
+def window_order(num_rows: int, rows_per_window: int, rng: np.random.Generator) -> np.ndarray:
+    """The rows of one epoch under the window shuffle, in order (the order a share on disk is read
+    in, as indices: an in-memory share shuffled by windows yields the same batches)."""
+    orders = []
+    for spans, places in window_plan(num_rows, rows_per_window, rng):
+        order = np.empty(len(places), np.int64)
+        order[places] = np.concatenate([np.arange(a, b) for a, b in spans])
+        orders.append(order)
+    return np.concatenate(orders) if orders else np.zeros(0, np.int64)
+
+
 class Rows(Protocol):
     """What the training loop reads a worker's share through: the in-memory :class:`Feed` or a
     share on disk (:class:`orca.core.engine.spill.DiskFeed`)."""
@@ -91,7 +146,8 @@ class Rows(Protocol):
     num_rows: int
 
     def train_batches(self, counts: Sequence[int], rank: int, batch_size: int, epoch: int = 0,
-                      shuffle: bool = True, seed: int = 0) -> Iterator[Batch]:
+                      shuffle: bool | str = True, seed: int = 0, window_bytes: int = MIN_WINDOW_BYTES
+                      ) -> Iterator[Batch]:
         """This worker's batches of one training epoch, in lock-step with the others."""
 
     def batches(self, batch_size: int) -> Iterator[Batch]:
@@ -125,6 +181,11 @@ class Feed:
         y = [np.concatenate([p["y"][i] for p in parts]) for i in range(ny)]
         return cls(x, y)
 
+    @property
+    def row_bytes(self) -> int:
+        """Bytes of one row over every array."""
+        return int(sum(a.itemsize * int(np.prod(a.shape[1:], dtype=np.int64)) for a in self.x + self.y))
+
     def _take(self, idx: np.ndarray | slice) -> tuple[list[np.ndarray], list[np.ndarray]]:
         return [a[idx] for a in self.x], [a[idx] for a in self.y]
 
@@ -134,8 +195,9 @@ class Feed:
         rank: int,
         batch_size: int,
         epoch: int = 0,
-        shuffle: bool = True,
+        shuffle: bool | str = True,
         seed: int = 0,
+        window_bytes: int = MIN_WINDOW_BYTES,
     ) -> Iterator[Batch]:
         """Yield this worker's batches of one training epoch, in lock-step with the others.
 
@@ -144,8 +206,9 @@ class Feed:
             rank: this worker's rank.
             batch_size: the global batch size.
             epoch: epoch number (varies the shuffle).
-            shuffle: shuffle the local rows each epoch.
+            shuffle: how to shuffle the local rows each epoch (:func:`check_shuffle`; ``True``: exactly).
             seed: base seed of the shuffle.
+            window_bytes: bytes of rows in one window of the window shuffle.
         """
         world = len(counts)
         total = int(sum(counts))
@@ -153,8 +216,11 @@ class Feed:
         per_worker = [split_sizes(int(c), steps) for c in counts]
         mine = per_worker[rank]
         order: np.ndarray | None = None
-        if shuffle and self.num_rows:
-            order = np.random.default_rng([seed, epoch, rank]).permutation(self.num_rows)
+        rng = np.random.default_rng([seed, epoch, rank])
+        if shuffle == "window" and self.num_rows:
+            order = window_order(self.num_rows, window_rows(self.row_bytes, window_bytes), rng)
+        elif shuffle and self.num_rows:
+            order = rng.permutation(self.num_rows)
         start = 0
         for step in range(steps):
             size = mine[step]

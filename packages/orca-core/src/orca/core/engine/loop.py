@@ -29,7 +29,10 @@ class FitArgs:
 
     epochs: int = 1
     batch_size: int = 32
-    shuffle: bool = True
+    #: ``True``, ``False``, ``"full"`` or ``"window"`` (:func:`orca.core.engine.feed.check_shuffle`)
+    shuffle: bool | str = True
+    #: bytes of rows in one window of the window shuffle (what the worker's memory setting allows)
+    window_bytes: int = 1 << 20
     seed: int = 0
     max_steps: int | None = None
     metrics: Any = None
@@ -213,7 +216,8 @@ def _fit_epochs(runner: Runner, feed: Rows | None, val_feed: Rows | None, counts
         runner.metric_states()  # start the framework's own metrics afresh
         if feed is not None:
             batches: Any = feed.train_batches(
-                counts, rank, args.batch_size, epoch=epoch, shuffle=args.shuffle, seed=args.seed
+                counts, rank, args.batch_size, epoch=epoch, shuffle=args.shuffle, seed=args.seed,
+                window_bytes=args.window_bytes,
             )
         else:
             batches = runner.lockstep(runner.native_batches(args.creator, local_bs, True, args.steps_per_epoch))

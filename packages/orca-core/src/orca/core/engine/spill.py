@@ -29,16 +29,20 @@ from typing import Any, Generic, TypeVar
 
 import numpy as np
 
-from orca.core.engine.feed import Batch, Feed, split_sizes, steps_per_epoch
+from orca.core.engine.feed import (
+    MIN_WINDOW_BYTES,
+    Batch,
+    Feed,
+    split_sizes,
+    steps_per_epoch,
+    window_plan,
+    window_rows,
+)
 
 Part = dict[str, list[np.ndarray]]
 T = TypeVar("T")
 
 log = logging.getLogger(__name__)
-
-#: chunks per shuffle window: the window is shuffled from this many places of the share
-CHUNKS_PER_WINDOW = 16
-
 
 def spill_dir() -> str:
     """Where a worker writes a spilled share: ``ORCA_SPILL_DIR``, else Spark's first local
@@ -71,6 +75,14 @@ class _Column:
         n = max(0, stop - start)
         flat = np.fromfile(self.path, dtype=self.dtype, count=n * self.row_items, offset=start * self.row_bytes)
         return flat.reshape((n, *self.row_shape))
+
+    def take(self, rows: np.ndarray, num_rows: int) -> np.ndarray:
+        """The rows at ``rows`` (any order), gathered from the file mapped read-only (the page
+        cache holds what is read, not the Python heap)."""
+        if not len(rows):
+            return np.empty((0, *self.row_shape), self.dtype)
+        mapped = np.memmap(self.path, dtype=self.dtype, mode="r", shape=(num_rows, *self.row_shape))
+        return np.array(mapped[rows])
 
 
 def _part_rows(part: Part) -> int:
@@ -133,7 +145,7 @@ class FeedBuilder(Generic[T]):
         if _part_rows(part) == 0:
             return
         if self._disk is None:
-            window = max(1 << 20, (self.memory_bytes or 0) // 4)
+            window = shuffle_window_bytes(self.memory_bytes)
             self._disk = DiskFeed.create(part, self.directory or spill_dir(), window_bytes=window)
         self._disk.append(part)
 
@@ -142,6 +154,12 @@ class FeedBuilder(Generic[T]):
         if self._disk is not None:
             return self._disk
         return self.to_feed(self._items)
+
+
+def shuffle_window_bytes(memory_bytes: int | None) -> int:
+    """Bytes of rows in one window of the window shuffle, for a worker given ``memory_bytes``
+    (``worker_data_memory_mb``): a quarter of it, at least :data:`MIN_WINDOW_BYTES`."""
+    return max(MIN_WINDOW_BYTES, (memory_bytes or 0) // 4)
 
 
 def close_feeds(*feeds: object) -> None:
@@ -260,7 +278,7 @@ class DiskFeed:
         """Rows of one shuffle window."""
         if self._window_rows is not None:
             return max(1, self._window_rows)
-        return max(1, self.window_bytes // max(1, self.row_bytes))
+        return window_rows(self.row_bytes, self.window_bytes)
 
     def append(self, part: Part) -> None:
         """Write the rows of ``part`` after the rows already here."""
@@ -294,15 +312,10 @@ class DiskFeed:
 
     def _shuffled(self, rng: np.random.Generator) -> Iterator[tuple[list[np.ndarray], list[np.ndarray]]]:
         """Windows of chunks taken in a random order, each window's rows shuffled (each chunk is
-        read straight into its rows' shuffled places: one copy)."""
-        window = self.window_rows
-        chunk = max(1, window // CHUNKS_PER_WINDOW)
-        per_window = max(1, window // chunk)
-        starts = np.arange(0, self.num_rows, chunk)[rng.permutation(-(-self.num_rows // chunk))]
-        for w in range(0, len(starts), per_window):
-            spans = [(int(a), min(self.num_rows, int(a) + chunk)) for a in starts[w:w + per_window]]
-            total = sum(b - a for a, b in spans)
-            places = rng.permutation(total)
+        read straight into its rows' shuffled places: one copy); the plan is
+        :func:`~orca.core.engine.feed.window_plan`'s, which an in-memory feed follows too."""
+        for spans, places in window_plan(self.num_rows, self.window_rows, rng):
+            total = len(places)
             out = [np.empty((total, *c.row_shape), c.dtype) for c in self.x + self.y]
             at = 0
             for a, b in spans:
@@ -313,24 +326,39 @@ class DiskFeed:
             yield out[:len(self.x)], out[len(self.x):]
 
     def train_batches(self, counts: Sequence[int], rank: int, batch_size: int, epoch: int = 0,
-                      shuffle: bool = True, seed: int = 0) -> Iterator[Batch]:
+                      shuffle: bool | str = True, seed: int = 0, window_bytes: int = MIN_WINDOW_BYTES
+                      ) -> Iterator[Batch]:
         """This worker's batches of one training epoch, in lock-step with the others (the plan
-        of :meth:`Feed.train_batches <orca.core.engine.feed.Feed.train_batches>`)."""
+        of :meth:`Feed.train_batches <orca.core.engine.feed.Feed.train_batches>`). ``shuffle=True``
+        is the window shuffle here (``"window"``; its window is this feed's :attr:`window_rows`,
+        ``window_bytes`` is the in-memory feed's); ``"full"`` reads the rows in the order of the
+        in-memory feed's exact shuffle (the same batches, gathered from the mapped files)."""
         world = len(counts)
         steps = steps_per_epoch(int(sum(counts)), batch_size)
         per_worker = [split_sizes(int(c), steps) for c in counts]
         mine = per_worker[rank]
-        if shuffle:
-            blocks = self._shuffled(np.random.default_rng([seed, epoch, rank]))
+        rng = np.random.default_rng([seed, epoch, rank])
+        if shuffle == "full":
+            pieces = self._gathered(rng.permutation(self.num_rows), mine)
+        elif shuffle:
+            pieces = _cut(self._shuffled(rng), mine, self.read(0, 0))
         else:
-            blocks = self._sequential(max(1, self.window_rows))
-        pieces = _cut(blocks, mine, self.read(0, 0))
+            pieces = _cut(self._sequential(max(1, self.window_rows)), mine, self.read(0, 0))
         for step in range(steps):
             size = mine[step]
             global_size = sum(w[step] for w in per_worker)
             x, y = next(pieces)
             weight = size * world / global_size if global_size else 0.0
             yield Batch(x=x, y=y, size=size, weight=weight, global_size=global_size)
+
+    def _gathered(self, order: np.ndarray, sizes: Sequence[int]
+                  ) -> Iterator[tuple[list[np.ndarray], list[np.ndarray]]]:
+        """Consecutive pieces of ``sizes`` rows of ``order``, each gathered from every column."""
+        start = 0
+        for size in sizes:
+            rows = order[start:start + size]
+            start += size
+            yield ([c.take(rows, self.num_rows) for c in self.x], [c.take(rows, self.num_rows) for c in self.y])
 
     def batches(self, batch_size: int) -> Iterator[Batch]:
         """Consecutive batches of at most ``batch_size`` rows (evaluation, prediction)."""
