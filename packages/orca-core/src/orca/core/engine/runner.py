@@ -35,7 +35,9 @@ class Rendezvous:
         extra: launcher facts; every launcher sets ``worker_addresses``: each rank's
             ``"host:port"`` with a port reserved for that rank (e.g. for TF_CONFIG), and
             ``sync_port``: another port on rank 0's host, for :mod:`orca.core.sync` (so a
-            framework can run its own group and a sync group side by side).
+            framework can run its own group and a sync group side by side). The Spark
+            launcher adds ``process_outlives_call=True``: its Python workers are reused by
+            later tasks, so what a runner opens in place (and cannot close) outlives the call.
     """
 
     rank: int
