@@ -230,6 +230,39 @@ def test_save_and_load_pickle_round_trip(backend: str, tmp_path: Path) -> None:
     np.testing.assert_array_equal(np.concatenate([p["x"] for p in loaded.collect()]), data["x"])
 
 
+def test_save_and_load_keep_frames_arrays_and_dicts_as_data_only(backend: str, tmp_path: Path) -> None:
+    """``save`` writes Parquet for DataFrame shards and ``.npz`` for array / dict shards, where the
+    shards live; ``load`` gives back equal shards (dtypes, strings, shapes) without unpickling."""
+    data = _dict_data(7)
+    XShards.partition(data, num_shards=3, backend=backend).save(str(tmp_path / "dicts"))
+    assert sorted(p.name for p in (tmp_path / "dicts").iterdir()) == [
+        "part-00000-00000.npz", "part-00001-00000.npz", "part-00002-00000.npz"]
+    loaded = XShards.load(str(tmp_path / "dicts"), backend=backend)
+    assert isinstance(loaded, FORMS[backend]) and loaded.num_partitions() == 3
+    for key in ("x", "y"):
+        got = np.concatenate([p[key] for p in loaded.collect()])
+        assert got.dtype == data[key].dtype
+        np.testing.assert_array_equal(got, data[key])
+    frames = [_frame(2), _frame(3)]
+    XShards.from_list(frames, backend=backend).save(f"file://{tmp_path}/frames")
+    back = XShards.load(f"file://{tmp_path}/frames", backend=backend).collect()
+    for got, want in zip(back, frames, strict=True):
+        pd.testing.assert_frame_equal(got, want)
+    XShards.partition(np.arange(6, dtype=np.int16), num_shards=2, backend=backend).save(str(tmp_path / "arrays"))
+    arrays = XShards.load(str(tmp_path / "arrays"), backend=backend).collect()
+    assert [a.tolist() for a in arrays] == [[0, 1, 2], [3, 4, 5]] and arrays[0].dtype == np.int16
+
+
+def test_save_refuses_what_only_a_pickle_can_hold_and_load_names_load_pickle_for_pickles(tmp_path: Path) -> None:
+    for shard, why in (([1, 2], "save_pickle"), ({"s": np.array(["a", None], dtype=object)}, "Python objects"),
+                       ({1: np.zeros(2)}, "string keys")):
+        with pytest.raises(TypeError, match=why):
+            XShards.from_list([shard], backend="local").save(str(tmp_path / "bad"))
+    XShards.from_list([_frame(2)], backend="local").save_pickle(str(tmp_path / "pickles"))
+    with pytest.raises(FileNotFoundError, match="load_pickle"):
+        XShards.load(str(tmp_path / "pickles"), backend="local")
+
+
 def test_load_pickle_accepts_fsspec_urls(tmp_path: Path) -> None:
     url = f"file://{tmp_path}/frames"
     XShards.from_list([_frame(2), _frame(3)], backend="local").save_pickle(url)

@@ -53,15 +53,81 @@ def list_files(path: str | list[str], what: str = "data") -> list[str]:
     return out
 
 
-def write_partition(path: str, partition_index: int, shards: list[Any]) -> int:
-    """Write each shard of one partition to ``part-<partition>-<index>.pkl``; return the count."""
+def write_partition(path: str, partition_index: int, shards: list[Any], safe: bool = False) -> int:
+    """Write each shard of one partition to ``part-<partition>-<index>`` + ``.pkl`` (a pickle), or
+    with ``safe`` to ``.parquet`` (a pandas DataFrame) / ``.npz`` (an array or a dict of arrays:
+    data only, see :func:`write_safe_shard`); return the count."""
     fs, root = _fs_and_path(path)
     fs.makedirs(root, exist_ok=True)
     for j, shard in enumerate(shards):
-        name = f"{root.rstrip('/')}/{_PICKLE_PREFIX}{partition_index:05d}-{j:05d}{_PICKLE_SUFFIX}"
-        with fs.open(name, "wb") as f:
+        stem = f"{root.rstrip('/')}/{_PICKLE_PREFIX}{partition_index:05d}-{j:05d}"
+        if safe:
+            write_safe_shard(fs, stem, shard)
+            continue
+        with fs.open(stem + _PICKLE_SUFFIX, "wb") as f:
             cloudpickle.dump(shard, f, protocol=pickle.HIGHEST_PROTOCOL)
     return len(shards)
+
+
+#: the key a shard that is one array is stored under in its ``.npz``
+_ARRAY_KEY = "__array__"
+
+
+def _plain_array(name: str, value: Any) -> Any:
+    import numpy as np
+
+    if not isinstance(value, np.ndarray):
+        raise TypeError(f"XShards.save: {name} is a {type(value).__name__}, not a numpy array; save writes "
+                        "pandas DataFrames and numpy arrays (or dicts of them). Use save_pickle for other shards.")
+    if value.dtype.hasobject:
+        raise TypeError(f"XShards.save: {name} holds Python objects (dtype object), which only a pickle can "
+                        "store; convert it (e.g. strings to a fixed-width dtype) or use save_pickle.")
+    return value
+
+
+def write_safe_shard(fs: Any, stem: str, shard: Any) -> None:
+    """Write ``shard`` as data only: a pandas DataFrame as Parquet, a numpy array or a dict of
+    str -> numpy array as ``.npz`` (numeric or fixed-width dtypes; nothing pickled).
+
+    Raises:
+        TypeError: any other shard, or arrays of Python objects (the message names save_pickle).
+    """
+    import io
+
+    import numpy as np
+    import pandas as pd
+
+    if isinstance(shard, pd.DataFrame):
+        with fs.open(stem + ".parquet", "wb") as f:
+            shard.to_parquet(f, index=False)
+        return
+    if isinstance(shard, dict):
+        bad = [k for k in shard if not isinstance(k, str) or k == _ARRAY_KEY]
+        if bad:
+            raise TypeError(f"XShards.save: dict shards need string keys (other than {_ARRAY_KEY!r}); got {bad!r}.")
+        arrays = {k: _plain_array(f"shard key {k!r}", v) for k, v in shard.items()}
+    else:
+        arrays = {_ARRAY_KEY: _plain_array("a shard", shard)}
+    buf = io.BytesIO()
+    np.savez(buf, **arrays)
+    with fs.open(stem + ".npz", "wb") as f:
+        f.write(buf.getvalue())
+
+
+def read_safe_file(path: str) -> Any:
+    """Load one shard file written by :func:`write_safe_shard` (nothing in it can run)."""
+    import io
+
+    import numpy as np
+    import pandas as pd
+
+    with fsspec.open(path, "rb") as f:
+        raw = f.read()
+    if path.endswith(".parquet"):
+        return pd.read_parquet(io.BytesIO(raw))
+    with np.load(io.BytesIO(raw), allow_pickle=False) as npz:
+        arrays = {k: npz[k] for k in npz.files}
+    return arrays[_ARRAY_KEY] if list(arrays) == [_ARRAY_KEY] else arrays
 
 
 def read_pickle_file(path: str) -> Any:
@@ -79,15 +145,34 @@ def load_pickle(path: str, backend: str) -> XShards:
     ]
     if not files:
         raise FileNotFoundError(f"No pickle shard files (part-*.pkl) found at {path!r}")
+    return _read_shards(files, read_pickle_file, backend)
+
+
+def load_safe(path: str, backend: str) -> XShards:
+    """Load a directory written by ``XShards.save``: one shard per file, read where they land."""
+    files = [
+        f
+        for f in list_files(path, what="shard")
+        if f.rsplit("/", 1)[-1].startswith(_PICKLE_PREFIX) and f.endswith((".parquet", ".npz"))
+    ]
+    if not files:
+        pickles = any(f.endswith(_PICKLE_SUFFIX) for f in list_files(path, what="shard"))
+        raise FileNotFoundError(f"No shard files (part-*.parquet / part-*.npz) found at {path!r}"
+                                + ("; it holds pickles from save_pickle: read them with XShards.load_pickle"
+                                   if pickles else ""))
+    return _read_shards(files, read_safe_file, backend)
+
+
+def _read_shards(files: list[str], read: Any, backend: str) -> XShards:
     if backend == "spark":
         from orca.core.data._spark import SparkXShards, spark_context
 
-        rdd = spark_context().parallelize(files, len(files)).map(read_pickle_file)
+        rdd = spark_context().parallelize(files, len(files)).map(read)
         return SparkXShards(rdd)
     if backend == "ray":
         from orca.core.data._ray import RayXShards, remote
 
-        return RayXShards([remote(read_pickle_file).remote(f) for f in files])
+        return RayXShards([remote(read).remote(f) for f in files])
     from orca.core.data._local import LocalXShards
 
-    return LocalXShards([read_pickle_file(f) for f in files])
+    return LocalXShards([read(f) for f in files])

@@ -94,11 +94,11 @@ class LocalXShards(XShards):
             raise IndexError("empty XShards")
         return fn(self.shards[0])
 
-    def _write_shards(self, path: str) -> None:
+    def _write_shards(self, path: str, safe: bool = False) -> None:
         from orca.core.data._files import write_partition
 
         for i, shard in enumerate(self.shards):
-            write_partition(path, i, [shard])
+            write_partition(path, i, [shard], safe)
 
 
 def _check_n(num_partitions: int) -> int:

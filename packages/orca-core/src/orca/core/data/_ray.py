@@ -74,10 +74,10 @@ def _pair(a: Any, b: Any) -> tuple[Any, Any]:
     return (a, b)
 
 
-def _write(shard: Any, path: str, index: int) -> int:
+def _write(shard: Any, path: str, index: int, safe: bool = False) -> int:
     from orca.core.data._files import write_partition
 
-    return write_partition(path, index, [shard])
+    return write_partition(path, index, [shard], safe)
 
 
 class RayXShards(XShards):
@@ -177,9 +177,9 @@ class RayXShards(XShards):
         # a small check (input validation) on one shard: no CPU, as above
         return ensure_ray().get(remote(_apply).options(num_cpus=0).remote(self.refs[0], fn))
 
-    def _write_shards(self, path: str) -> None:
+    def _write_shards(self, path: str, safe: bool = False) -> None:
         task = remote(_write)
-        ensure_ray().get([task.remote(ref, path, i) for i, ref in enumerate(self.refs)])
+        ensure_ray().get([task.remote(ref, path, i, safe) for i, ref in enumerate(self.refs)])
 
 
 # ---------------------------------------------------------------------- Spark <-> Ray

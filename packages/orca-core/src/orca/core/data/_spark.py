@@ -124,10 +124,10 @@ class SparkXShards(XShards):
             raise IndexError("empty XShards")
         return out[0]
 
-    def _write_shards(self, path: str) -> None:
+    def _write_shards(self, path: str, safe: bool = False) -> None:
         from orca.core.data._files import write_partition
 
-        self.rdd.mapPartitionsWithIndex(lambda i, it: [write_partition(path, i, list(it))]).collect()
+        self.rdd.mapPartitionsWithIndex(lambda i, it: [write_partition(path, i, list(it), safe)]).collect()
 
 
 def _first(it: Iterator[Any]) -> list[Any]:

@@ -153,8 +153,8 @@ class XShards(abc.ABC):
         Pickle files are executable: unpickling one runs whatever code it holds, on the driver
         or the executors. So this reads only what the caller vouches for with
         ``allow_pickle=True`` (files this job or you wrote, in storage no one else can write).
-        For data others may touch, keep shards as Parquet (``xshards.to_spark_df()`` then
-        ``.write.parquet(...)``; ``orca.core.data.read_parquet`` reads it back).
+        For data others may touch, use :meth:`save` and :meth:`load` (Parquet and ``.npz``, data
+        only).
 
         Args:
             path: a local directory or fsspec URL.
@@ -232,8 +232,9 @@ class XShards(abc.ABC):
         """``fn(first shard)`` computed where the shard lives (raises IndexError if empty)."""
 
     @abc.abstractmethod
-    def _write_shards(self, path: str) -> None:
-        """Write one pickle file per shard under ``path`` (where the shards live)."""
+    def _write_shards(self, path: str, safe: bool = False) -> None:
+        """Write one file per shard under ``path`` (where the shards live): a pickle, or with
+        ``safe`` Parquet / ``.npz`` (see :meth:`save`)."""
 
     # ------------------------------------------------------------------ shared operations
     def __len__(self) -> int:
@@ -294,9 +295,41 @@ class XShards(abc.ABC):
         """Write each shard to its own pickle file under ``path`` (local or fsspec URL).
 
         Files are ``part-<partition>-<index>.pkl``, written where the shards live. Pickles are
-        executable: :meth:`load_pickle` reads them back only with ``allow_pickle=True``.
+        executable: :meth:`load_pickle` reads them back only with ``allow_pickle=True``;
+        :meth:`save` writes DataFrame and array shards as data only.
         """
         self._write_shards(path)
+
+    def save(self, path: str) -> None:
+        """Write each shard to its own file under ``path`` (local or fsspec URL), as data only.
+
+        A pandas DataFrame shard becomes ``part-<partition>-<index>.parquet``; a numpy array, or a
+        dict of string keys to numpy arrays, becomes ``part-<partition>-<index>.npz`` (numeric or
+        fixed-width dtypes). Nothing is pickled: :meth:`load` reads the files back without running
+        any code, so share them freely. Files are written where the shards live.
+
+        Raises:
+            TypeError: a shard of another kind, or an array of Python objects (the message
+                names :meth:`save_pickle`, which stores anything, executable).
+        """
+        self._write_shards(path, safe=True)
+
+    @staticmethod
+    def load(path: str, backend: str | None = None) -> XShards:
+        """Load XShards written by :meth:`save`, one shard per file (Parquet -> pandas DataFrame,
+        ``.npz`` -> the array or dict of arrays). Reading runs no code from the files.
+
+        Args:
+            path: a local directory or fsspec URL.
+            backend: ``"spark"``, ``"ray"`` or ``"local"``; default follows the active context.
+
+        Raises:
+            FileNotFoundError: ``path`` does not exist or holds no shard files (when it holds
+                :meth:`save_pickle`'s pickles, the message says to use :meth:`load_pickle`).
+        """
+        from orca.core.data._files import load_safe
+
+        return load_safe(path, resolve_backend(backend))
 
     def _check_zip(self, other: XShards) -> None:
         if not isinstance(other, XShards):
