@@ -162,3 +162,19 @@ def test_rows_of_a_wider_dtype_than_the_first_are_refused(tmp_path: Any) -> None
         _build(parts, 0, tmp_path)
     parts[1]["x"][0] = parts[1]["x"][0].astype(np.float16)  # a narrower one joins exactly
     assert _build(parts, 0, tmp_path).num_rows == 10
+
+
+def test_gathering_rows_from_disk_maps_a_bounded_region_at_a_time(tmp_path: Any, monkeypatch: Any) -> None:
+    """``shuffle="full"`` from disk gathers rows through maps of at most MAP_BYTES each (so a share
+    far larger than an address-space limit can be read): with a 3-row region, any order of rows,
+    repeats and the share's last rows come back exactly."""
+    from orca.core.engine import spill
+
+    parts = _parts(203, [100, 103])
+    memory = Feed.concat(parts)
+    disk = _build(parts, 0, tmp_path)
+    monkeypatch.setattr(spill, "MAP_BYTES", 3 * 12)  # x0 rows are 12 bytes: 3 rows a region
+    rows = np.array([202, 0, 5, 5, 201, 100, 3, 150, 1])
+    for col, want in zip(disk.x + disk.y, memory.x + memory.y, strict=True):
+        np.testing.assert_array_equal(col.take(rows, disk.num_rows), want[rows])
+    assert disk.x[0].take(np.zeros(0, np.int64), disk.num_rows).shape == (0, 3)

@@ -44,6 +44,9 @@ T = TypeVar("T")
 
 log = logging.getLogger(__name__)
 
+#: the most of a share's file mapped at once when rows are gathered (``shuffle="full"`` from disk)
+MAP_BYTES = 64 << 20
+
 def spill_dir() -> str:
     """Where a worker writes a spilled share: ``ORCA_SPILL_DIR``, else Spark's first local
     directory on an executor (``SPARK_LOCAL_DIRS``), else the system's temporary directory."""
@@ -77,12 +80,24 @@ class _Column:
         return flat.reshape((n, *self.row_shape))
 
     def take(self, rows: np.ndarray, num_rows: int) -> np.ndarray:
-        """The rows at ``rows`` (any order), gathered from the file mapped read-only (the page
-        cache holds what is read, not the Python heap)."""
+        """The rows at ``rows`` (any order), gathered from the file mapped read-only, a region of
+        at most :data:`MAP_BYTES` at a time: the page cache holds what is read, not the Python
+        heap, and the address space stays bounded (Spark's ``spark.executor.pyspark.memory``
+        limits it) whatever the file's size."""
+        out = np.empty((len(rows), *self.row_shape), self.dtype)
         if not len(rows):
-            return np.empty((0, *self.row_shape), self.dtype)
-        mapped = np.memmap(self.path, dtype=self.dtype, mode="r", shape=(num_rows, *self.row_shape))
-        return np.array(mapped[rows])
+            return out
+        order = np.argsort(rows, kind="stable")
+        wanted = np.asarray(rows)[order]
+        span = max(1, MAP_BYTES // max(1, self.row_bytes))  # rows of one mapped region
+        regions = wanted // span
+        for seg in np.split(np.arange(len(wanted)), np.flatnonzero(np.diff(regions)) + 1):
+            first = int(regions[seg[0]]) * span
+            mapped = np.memmap(self.path, dtype=self.dtype, mode="r", offset=first * self.row_bytes,
+                               shape=(min(num_rows, first + span) - first, *self.row_shape))
+            out[order[seg]] = mapped[wanted[seg] - first]
+            del mapped
+        return out
 
 
 def _part_rows(part: Part) -> int:
