@@ -84,7 +84,7 @@ SPARK_DRIVER = textwrap.dedent(
     ctx = init_orca_context(cluster_mode="local", cores=4, memory="2g")
     sc = ctx.spark_session().sparkContext
     out = {}
-    for world in (1, 2, 3, 4):
+    for world in (2, 3):  # (every world 1-4 runs on Ray above: here, an even and an odd ring in barrier tasks)
         port = find_free_port()
 
         def body(rank, _rows, world=world, port=port):
@@ -99,9 +99,9 @@ SPARK_DRIVER = textwrap.dedent(
 
 @pytest.mark.timeout(300)
 def test_allreduce_in_spark_barrier_tasks():
-    """N = 1..4 Spark barrier tasks (a local[4] context of its own: barrier stages need N slots)."""
+    """N = 2 and 3 Spark barrier tasks (a local[4] context of its own: barrier stages need N slots)."""
     out = run_python(SPARK_DRIVER.replace("sys.argv[1]", repr(json.dumps(CASES))), timeout_s=280)
-    for world in (1, 2, 3, 4):
+    for world in (2, 3):
         reports = out[str(world)]
         _assert_reports(reports, world)
         assert len({g["pid"] for g in reports[0]["gathered"]}) == world

@@ -25,12 +25,12 @@ def test_the_digits_example_learns_predicts_and_saves_a_model_plain_torch_opens(
 
 @pytest.mark.timeout(300)
 def test_the_tune_example_searches_learning_rates_and_the_best_learns_the_function(orca_context):
-    """examples/tune_search.py at a small size: two learning rates, 3 epochs each, a 1-worker trial
+    """examples/tune_search.py at a small size: two learning rates, 2 epochs each, a 1-worker trial
     at a time. Every trial reports every epoch; the larger rate learns y = x @ w + 0.25 (val_loss
     near the noise's 0.0025) and is the best; the tiny one has barely moved."""
     path = EXAMPLES / "tune_search.py"
-    out = runpy.run_path(str(path), run_name="tune_search")["run"](lrs=(1e-4, 1e-1), epochs=3, workers=1)
-    assert out["epochs"] == {1e-4: 3, 1e-1: 3}, out
+    out = runpy.run_path(str(path), run_name="tune_search")["run"](lrs=(1e-4, 1e-1), epochs=2, workers=1)
+    assert out["epochs"] == {1e-4: 2, 1e-1: 2}, out
     assert out["best_lr"] == 1e-1, out
     assert out["best_val_loss"] < 0.01, out
     assert out["val_loss"][1e-4] > 1.0, out

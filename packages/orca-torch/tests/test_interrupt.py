@@ -25,50 +25,62 @@ def model(config):
     torch.manual_seed(0)
     return nn.Linear(4, 1)
 
-est = Estimator.from_torch(model=model, optimizer=lambda m, c: torch.optim.SGD(m.parameters(), lr=0.1),
-                           loss=nn.MSELoss(), backend=BACKEND, workers_per_node=2)
-est.fit({"x": x, "y": y}, epochs=1, batch_size=8)
-after_first = est.predict(x, batch_size=8)
-seen = {}
+def run(backend):
+    est = Estimator.from_torch(model=model, optimizer=lambda m, c: torch.optim.SGD(m.parameters(), lr=0.1),
+                               loss=nn.MSELoss(), backend=backend, workers_per_node=2)
+    est.fit({"x": x, "y": y}, epochs=1, batch_size=8)
+    after_first = est.predict(x, batch_size=8)
+    seen = {}
 
-def interrupt():
-    while not est.progress_events and time.monotonic() - t0 < 120:
-        time.sleep(0.2)  # (the bar's events come from rank 0 while it trains)
-    time.sleep(2)
-    seen["pids"] = worker_pids(est)
-    seen["t"] = time.monotonic()
-    os.kill(os.getpid(), signal.SIGINT)
+    def interrupt():
+        while not est.progress_events and time.monotonic() - t0 < 120:
+            time.sleep(0.2)  # (the bar's events come from rank 0 while it trains)
+        time.sleep(2)
+        seen["pids"] = worker_pids(est)
+        seen["t"] = time.monotonic()
+        os.kill(os.getpid(), signal.SIGINT)
 
-t0 = time.monotonic()
-threading.Thread(target=interrupt, daemon=True).start()
-try:
-    est.fit({"x": x, "y": y}, epochs=50, batch_size=8, callbacks=[SlowSteps(0.2)])
-    interrupted = False
-except KeyboardInterrupt:
-    interrupted = True
-stopped_in = time.monotonic() - seen.get("t", time.monotonic())
-sc = ctx.spark_session().sparkContext
+    t0 = time.monotonic()
+    threading.Thread(target=interrupt, daemon=True).start()
+    try:
+        est.fit({"x": x, "y": y}, epochs=50, batch_size=8, callbacks=[SlowSteps(0.2)])
+        interrupted = False
+    except KeyboardInterrupt:
+        interrupted = True
+    stopped_in = time.monotonic() - seen.get("t", time.monotonic())
+    sc = ctx.spark_session().sparkContext
 
-def alive_pids():
-    return [p for p in seen.get("pids", []) if psutil.pid_exists(p) and psutil.Process(p).status() != "zombie"]
+    def alive_pids():
+        return [p for p in seen.get("pids", []) if psutil.pid_exists(p) and psutil.Process(p).status() != "zombie"]
 
-# wait (up to 60 s) for what must end: Spark's jobs, and on ray the actors (Spark reuses its Python workers)
-deadline = time.monotonic() + 60
-while time.monotonic() < deadline and (sc.statusTracker().getActiveJobsIds() or (BACKEND == "ray" and alive_pids())):
-    time.sleep(0.1)
-alive = alive_pids()
-same = bool(np.array_equal(est.predict(x, batch_size=8), after_first))
-print(json.dumps({"interrupted": interrupted, "stopped_in": stopped_in, "pids": seen.get("pids", []),
-                  "alive": alive, "active_jobs": list(sc.statusTracker().getActiveJobsIds()),
-                  "same_predictions": same, "actors": bool(est._group is not None and est._group.started)}))
-est.shutdown()
+    # wait (up to 60 s) for what must end: Spark's jobs, and on ray the actors (Spark reuses its Python workers)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and (sc.statusTracker().getActiveJobsIds()
+                                           or (backend == "ray" and alive_pids())):
+        time.sleep(0.1)
+    alive = alive_pids()
+    same = bool(np.array_equal(est.predict(x, batch_size=8), after_first))
+    out = {"interrupted": interrupted, "stopped_in": stopped_in, "pids": seen.get("pids", []), "alive": alive,
+           "active_jobs": list(sc.statusTracker().getActiveJobsIds()), "same_predictions": same,
+           "actors": bool(est._group is not None and est._group.started)}
+    est.shutdown()
+    return out
+
+# both backends in one driver (one context, one start-up): the interrupted fit of the first must
+# leave the context serving the second
+print(json.dumps({b: run(b) for b in ("ray", "spark")}))
 stop_orca_context()
 """
 
 
+@pytest.fixture(scope="module")
+def interrupted():
+    return run_python(DRIVER, timeout_s=280)
+
+
 @pytest.mark.parametrize("backend", ["ray", "spark"])
-def test_ctrl_c_during_fit_stops_every_worker_and_keeps_the_last_state(backend):
-    out = run_python(DRIVER.replace("BACKEND", repr(backend)), timeout_s=280)
+def test_ctrl_c_during_fit_stops_every_worker_and_keeps_the_last_state(interrupted, backend):
+    out = interrupted[backend]
     assert out["interrupted"], out
     # the driver returned within seconds of Ctrl-C, not when the fit's 80 s were over (a promise, not a speed)
     assert out["stopped_in"] < 15, out
