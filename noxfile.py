@@ -456,7 +456,7 @@ PETASTORM = "petastorm==0.13.1"  # optional peer of the data path: its failure i
 def bench(session: nox.Session) -> None:
     """The benchmark suite against the peers (docs/benchmarks.md): torch training, data path, batch
     inference and allreduce here, then bench_tf, bench_openvino and bench_report. ``-- --quick`` is
-    the smoke run; other arguments go to benchmarks/run.py (``--parts train,data,inference,memory``)."""
+    the smoke run; other arguments go to benchmarks/run.py (``--parts train,data,inference,memory,startup``)."""
     session.install(TORCH)
     session.install(TORCH, *CORE, "-e", "packages/orca-torch[test]", *BENCH_PEERS)
     try:

@@ -206,12 +206,12 @@ def loadavg() -> list[float]:
 
 
 def write_part(name: str, rows: list[dict[str, Any]], settings: dict[str, Any], raw: Any, started: float,
-               load_before: list[float]) -> Path:
-    """Write ``benchmarks/results/<name>.json`` (rows + raw data) and return its path."""
+               load_before: list[float], out: Path | None = None) -> Path:
+    """Write ``benchmarks/results/<name>.json`` (or ``out``: rows + raw data) and return its path."""
     import platform
 
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    out = RESULTS / f"{name}.json"
+    out = out or RESULTS / f"{name}.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
     doc = {"part": name, "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
            "machine": {"cpus": os.cpu_count(), "platform": platform.platform(), "python": platform.python_version(),
                        "load_average_before": load_before, "load_average_after": loadavg()},

@@ -1,5 +1,6 @@
 """Merge every part's JSON (``benchmarks/results/*.json``) into one Markdown table
-(``benchmarks/results/report.md``) and plot the ratios to ``docs/benchmarks/ratios.png``.
+(``benchmarks/results/report.md``) and plot the ratios to ``docs/benchmarks/ratios.png`` (and the
+start-up phases of ``results/startup.json`` to ``docs/benchmarks/startup.png``).
 
     python benchmarks/report.py            (nox -s bench_report; needs matplotlib for the PNG)
 
@@ -18,6 +19,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
+import startup
 from harness import RESULTS, fmt, verdict
 
 ORDER = ["training", "startup", "tf", "data", "memory", "inference", "openvino"]
@@ -154,11 +156,17 @@ def main(argv: list[str] | None = None) -> int:
         head.append(f"- {pt['part']}: {pt['created']}, {'quick' if pt['quick'] else 'full'} run, "
                     f"{fmt(pt['total_s'])} s, load average before {pt['load_before']} after {pt['load_after']}")
     text = "\n".join(head) + "\n\n" + md + "\n"
+    phased = [r for r in rows if r.get("phases")]
+    if phased:
+        text += "\nStart-up, phase by phase (median seconds; benchmarks/startup.py)\n\n" + startup.table(phased) + "\n"
     (RESULTS / "report.md").write_text(text)
     (RESULTS / "report.json").write_text(json.dumps({"parts": parts, "rows": rows}, indent=1, default=str))
     print(text)
     png = plot(rows, Path(a.png))
     print(f"wrote {RESULTS / 'report.md'}" + (f" and {png}" if png else ""))
+    if (RESULTS / "startup.json").exists():
+        png = startup.plot(RESULTS / "startup.json", startup.PNG)
+        print(f"wrote {png}" if png else "no start-up PNG")
     return 0
 
 

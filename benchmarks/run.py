@@ -16,6 +16,8 @@ Parts (see docs/benchmarks.md for the method):
   ``map_batches`` (``inference.py``).
 - ``memory``: a worker's peak memory and throughput against data size, its share in memory and
   streamed to disk (``memory.py``; docs/data-and-memory.md).
+- ``startup``: process start to first training step, phase by phase, Orca's three backends against
+  Ray Train and TorchDistributor, a fresh process per system and repeat (``startup.py``; issue #21).
 
 Each part writes ``benchmarks/results/<part>.json`` (rows + raw numbers); ``report.py`` merges
 every part's JSON (tf and openvino included) into one table and a PNG.
@@ -35,10 +37,11 @@ import datapath
 import inference
 import memory
 import report
+import startup
 import train
 from harness import loadavg, run_child, write_part
 
-PARTS = ("train", "data", "inference", "memory")
+PARTS = ("train", "data", "inference", "memory", "startup")
 
 
 def _log(msg: str) -> None:
@@ -85,6 +88,14 @@ def run_memory(quick: bool) -> tuple[list[dict], dict, dict]:
     return rows, res, s
 
 
+def run_startup(quick: bool) -> tuple[list[dict], dict, dict]:
+    repeats = 1 if quick else 3
+    _log(f"  start-up, phase by phase: {len(startup.SYSTEMS)} systems x {repeats} cold starts ...")
+    rows, raw = startup.measure(quick, repeats, log=_log)
+    _log(startup.table(rows))
+    return rows, raw, startup.settings(quick, repeats)
+
+
 def run_data_and_inference() -> dict[str, tuple[list[dict], dict, dict]]:
     """The quick run's data path and inference parts in one process (one cold Spark start, not two)."""
     ds, inf = data_settings(True), inference_settings(True)
@@ -128,6 +139,8 @@ def main(argv: list[str] | None = None) -> int:
             rows, raw, settings = run_data(a.quick)
         elif part == "memory":
             rows, raw, settings = run_memory(a.quick)
+        elif part == "startup":
+            rows, raw, settings = run_startup(a.quick)
         else:
             rows, raw, settings = run_inference(a.quick)
         settings["quick"] = a.quick
