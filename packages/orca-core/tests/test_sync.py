@@ -131,8 +131,9 @@ def test_a_dead_or_stuck_worker_fails_the_others_within_the_timeout(ray_runtime,
         assert any(rep["error"] == "SyncTimeoutError" for rep in survivors), survivors
 
 
-def test_mismatched_buffers_get_a_clear_error():
-    """Two ranks passing different sizes: both raise SyncError naming the sizes, no hang."""
+def _two_ranks(body, errors_of) -> dict[int, BaseException]:
+    """Run ``body(rank, group)`` for ranks 0 and 1 of an in-process group (a thread each); return
+    the ``errors_of`` exceptions each rank raised, by rank."""
     import threading
 
     port = find_free_port()
@@ -141,8 +142,8 @@ def test_mismatched_buffers_get_a_clear_error():
     def rank(r: int) -> None:
         try:
             with SyncGroup.connect(r, 2, "127.0.0.1", port, token=TEST_TOKEN, timeout_s=10) as g:
-                g.allreduce(np.ones(10 + r, np.float32))
-        except SyncError as exc:
+                body(r, g)
+        except errors_of as exc:
             errors[r] = exc
 
     threads = [threading.Thread(target=rank, args=(r,)) for r in range(2)]
@@ -150,6 +151,12 @@ def test_mismatched_buffers_get_a_clear_error():
         t.start()
     for t in threads:
         t.join(30)
+    return errors
+
+
+def test_mismatched_buffers_get_a_clear_error():
+    """Two ranks passing different sizes: both raise SyncError naming the sizes, no hang."""
+    errors = _two_ranks(lambda r, g: g.allreduce(np.ones(10 + r, np.float32)), SyncError)
     assert set(errors) == {0, 1}
     assert any("same size and dtype" in str(e) for e in errors.values()), errors
 
@@ -158,32 +165,20 @@ def test_mismatched_buffers_get_a_clear_error():
 def test_a_barrier_message_that_announces_a_payload_is_refused_before_it_is_read():
     """Rank 1 sends a barrier frame that claims 1 TiB: rank 0's barrier fails at once with a
     SyncError naming the sizes (it allocates nothing for it); barriers of honest ranks pass."""
-    import threading
-
     from orca.core.sync.group import _BARRIER, HEADER, MAGIC
 
-    port = find_free_port()
-    errors: dict[int, BaseException] = {}
     passed: list[int] = []
 
-    def rank(r: int) -> None:
-        try:
-            with SyncGroup.connect(r, 2, "127.0.0.1", port, token=TEST_TOKEN, timeout_s=10) as g:
-                g.barrier()  # an honest one first
-                passed.append(r)
-                if r == 1:
-                    g._peers[0].sendall(HEADER.pack(MAGIC, _BARRIER, g._next(), 1 << 40))
-                    g._peers[0].recv(1)  # wait for rank 0 to close on us
-                else:
-                    g.barrier()
-        except (SyncError, OSError) as exc:
-            errors[r] = exc
+    def body(r, g):
+        g.barrier()  # an honest one first
+        passed.append(r)
+        if r == 1:
+            g._peers[0].sendall(HEADER.pack(MAGIC, _BARRIER, g._next(), 1 << 40))
+            g._peers[0].recv(1)  # wait for rank 0 to close on us
+        else:
+            g.barrier()
 
-    threads = [threading.Thread(target=rank, args=(r,)) for r in range(2)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(30)
+    errors = _two_ranks(body, (SyncError, OSError))
     assert sorted(passed) == [0, 1]
     assert isinstance(errors.get(0), SyncError), errors
     assert "expects 0 bytes in barrier" in str(errors[0]) and str(1 << 40) in str(errors[0]), errors
