@@ -18,7 +18,7 @@ from orca.core.context import OrcaContext, register_spark_jars
 from orca.core.engine.adapters import get_data_source, is_spark_df, is_xshards
 from orca.core.engine.backend import Backend, declare
 from orca.core.engine.callbacks import Callback, EarlyStopping, ModelCheckpoint
-from orca.core.engine.checkpoint import check_writable, reading_model_file, require_model_file
+from orca.core.engine.checkpoint import check_writable, reading_model_file, require_model_file, writing_file
 from orca.core.engine.convert import Part, check_class_indices, check_part, shard_to_part
 from orca.core.engine.errors import NotFittedError, OrcaWorkerError, check_positive_int
 from orca.core.engine.estimator import BaseEstimator
@@ -34,5 +34,5 @@ __all__ = [
     "ModelCheckpoint", "NotFittedError", "OrcaContext", "OrcaWorkerError", "Part", "Rendezvous", "Runner", "ShardsSource",
     "Top5Accuracy", "check_class_indices", "check_part", "check_positive_int", "check_writable", "declare",
     "get_data_source", "is_spark_df", "is_xshards", "pack", "reading_model_file", "register_array_type",
-    "register_spark_jars", "require_model_file", "shard_to_part", "solo_runner", "unpack",
+    "register_spark_jars", "require_model_file", "shard_to_part", "solo_runner", "unpack", "writing_file",
 ]

@@ -21,6 +21,7 @@ from orca.core.plugin import (
     reading_model_file,
     require_model_file,
     solo_runner,
+    writing_file,
 )
 from orca.mxnet.runner import MXNetRunner, named_params
 
@@ -200,13 +201,12 @@ class Estimator(BaseEstimator):
         Returns:
             ``path``.
         """
-        import fsspec
 
         from orca.mxnet.runner import params_bytes
 
         check_writable(path)
         params = dict(self.get_state()["params"])
-        with fsspec.open(path, "wb") as fh:
+        with writing_file(path, "the model") as fh:  # whole or not at all: never half a file over a good one
             fh.write(params_bytes(params))
         return path
 

@@ -20,6 +20,7 @@ from orca.core.plugin import (
     reading_model_file,
     require_model_file,
     solo_runner,
+    writing_file,
 )
 from orca.torch._spec import build_model, check_loss, check_model, describe_optimizer
 from orca.torch.runner import BigDLTorchRunner, TorchRunner
@@ -183,11 +184,9 @@ class Estimator(BaseEstimator):
         Returns:
             ``path``.
         """
-        import fsspec
-
         check_writable(path)
         model = self.get_model()
-        with fsspec.open(path, "wb") as fh:
+        with writing_file(path, "the model") as fh:  # whole or not at all: never half a file over a good one
             torch.save(model if entire else model.state_dict(), fh)
         return path
 

@@ -39,14 +39,26 @@ def write_checkpoint(path: str, epoch: int, state: Any, meta: dict[str, Any] | N
             (the message names its type).
         OSError: ``path`` cannot be written (of the same type, naming the path).
     """
+    blob = MAGIC + encode({"epoch": int(epoch), "state": state, **({"meta": dict(meta)} if meta else {})})
+    with writing_file(path, "the checkpoint") as fh:
+        fh.write(blob)
+
+
+@contextmanager
+def writing_file(path: str, what: str = "the file") -> Iterator[Any]:
+    """A binary file handle for ``path`` (local or fsspec URL) that lands whole or not at all.
+
+    The bytes go to a temporary file beside ``path``, moved over it when the block ends; if the
+    block (or the move) fails, the temporary file is removed and whatever stood at ``path`` is
+    untouched. An ``OSError`` is raised again naming ``what``, ``path`` and the fix.
+    """
     import fsspec
 
-    blob = MAGIC + encode({"epoch": int(epoch), "state": state, **({"meta": dict(meta)} if meta else {})})
     fs, target = fsspec.core.url_to_fs(path)
     tmp = f"{target}.tmp-{os.getpid()}-{uuid.uuid4().hex[:8]}"
     try:
         with fs.open(tmp, "wb") as fh:
-            fh.write(blob)
+            yield fh
         fs.mv(tmp, target)
     except BaseException as exc:
         if fs.exists(tmp):
@@ -54,7 +66,7 @@ def write_checkpoint(path: str, epoch: int, state: Any, meta: dict[str, Any] | N
         if isinstance(exc, OSError) and not exc.filename:
             raise
         if isinstance(exc, OSError):
-            raise type(exc)(exc.errno, f"cannot write the checkpoint {path!r} ({exc.strerror or exc}); pass a path "
+            raise type(exc)(exc.errno, f"cannot write {what} {path!r} ({exc.strerror or exc}); pass a path "
                             "in a writable directory") from exc
         raise
 
