@@ -131,7 +131,7 @@ class MLflowLogger:
         elif self.run_id is None:
             return
         elif kind == "begin":  # rank 0's: the optimizer it built
-            self._log_params({k: v for k, v in (event.get("optimizer") or {}).items()})
+            self._log_params(event.get("optimizer") or {})
         elif kind == "epoch":
             self._epoch(event)
         elif kind == "fit_end":
