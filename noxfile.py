@@ -308,6 +308,24 @@ def openvino(session: nox.Session, pins: dict[str, str]) -> None:
     _pytest(session, "orca-openvino")
 
 
+def _install_horovod(session: nox.Session, framework: str) -> None:
+    """Horovod built for ``framework`` by the installer users run (``python -m
+    orca.core.horovod_install``): its keyed wheel cache makes later runs take seconds (the first
+    build: ~7 min for torch, ~4 for TensorFlow on 2 cores). The installer builds with pip."""
+    _install(session, "pip")
+    session.run("python", "-m", "orca.core.horovod_install", framework)
+
+
+@test_session
+def torch_horovod(session: nox.Session) -> None:
+    """orca-torch's ``horovod`` backend: Horovod 0.28.1 built against torch 2.13, then every test of
+    orca-torch parametrized with that backend (``-m horovod``)."""
+    _install_torch_env(session, TORCH, *MLFLOW)
+    _install_horovod(session, "torch")
+    _runtime_env(session)
+    session.run("pytest", "packages/orca-torch/tests", "-m", "horovod", "--durations=25", *session.posargs)
+
+
 WORKFLOW = ".github/workflows/ci.yml"
 WORKFLOW_CHECK = """
 import sys, yaml

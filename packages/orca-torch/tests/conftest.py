@@ -1,9 +1,22 @@
+import importlib.util
+
 import numpy as np
 import pytest
 import torch
 from torch import nn
 
 pytest_plugins = ["orca.core.testing.fixtures"]
+
+
+def _has_horovod() -> bool:
+    try:
+        return importlib.util.find_spec("horovod.torch") is not None
+    except ImportError:
+        return False
+
+
+#: the horovod backend where Horovod is built (the torch_horovod nox session, ``-m horovod``)
+HOROVOD = ["horovod"] if _has_horovod() else []
 
 
 @pytest.fixture(params=["ray", "spark"])
@@ -13,9 +26,9 @@ def backend(request):
     return request.param
 
 
-@pytest.fixture(params=["bigdl", "ray", "spark"])
+@pytest.fixture(params=["bigdl", "ray", "spark", *HOROVOD])
 def all_backends(request):
-    """The tests that pin exact numbers run on all three backends."""
+    """The tests that pin exact numbers run on every backend (horovod where Horovod is built)."""
     return request.param
 
 
@@ -37,11 +50,21 @@ def predict_plain(model, x):
         return model(torch.from_numpy(np.asarray(x, np.float32))).numpy()
 
 
+def pytest_configure(config):
+    config.addinivalue_line("markers", "horovod: runs on the horovod backend (the torch_horovod session: -m horovod)")
+
+
 def pytest_collection_modifyitems(session, config, items):
-    """Models and callbacks defined in test modules travel to the workers by value."""
+    """Models and callbacks defined in test modules travel to the workers by value; a test
+    parametrized with the horovod backend is marked ``horovod``."""
     import sys
 
     import cloudpickle
+
+    for item in items:
+        params = getattr(getattr(item, "callspec", None), "params", {})
+        if "horovod" in params.values():
+            item.add_marker(pytest.mark.horovod)
 
     for name in {item.module.__name__ for item in items} | {__name__}:
         cloudpickle.register_pickle_by_value(sys.modules[name])

@@ -9,7 +9,7 @@ import pandas as pd
 import pytest
 import torch
 import torch.nn.functional as F
-from conftest import predict_plain
+from conftest import HOROVOD, predict_plain
 from test_training import digits, expected_sgd_weight, one_weight_model
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
@@ -80,7 +80,9 @@ class FlatLeNet(LeNet):
         return super().forward(x.reshape(-1, 1, 8, 8))
 
 
-def test_the_reference_ray_backend_example_runs_as_written(orca_context, spark):
+@pytest.mark.parametrize("guide_backend", ["ray", *HOROVOD])
+def test_the_reference_ray_backend_example_runs_as_written(orca_context, spark, guide_backend):
+    """The guide's sample with ``backend="ray"``, and with its ``# or backend="horovod"``."""
     xtr, ytr, xte, yte = digits()
 
     def train_loader_func(config, batch_size):
@@ -104,7 +106,7 @@ def test_the_reference_ray_backend_example_runs_as_written(orca_context, spark):
                                optimizer=optimizer_creator,
                                loss=nn.NLLLoss(),
                                config={"lr": 1e-2},
-                               backend="ray")  # or backend="horovod"
+                               backend=guide_backend)  # "ray" as written, or backend="horovod"
 
     est.fit(data=train_loader_func, epochs=epochs)
     predictions = est.predict(data=df,

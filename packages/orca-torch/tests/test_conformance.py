@@ -2,7 +2,7 @@
 
 import pytest
 import torch
-from conftest import LinearNet, predict_plain, sgd
+from conftest import HOROVOD, LinearNet, predict_plain, sgd
 from torch import nn
 
 from orca.core.testing.bad_inputs import BadInputConformance, WrongKind
@@ -14,7 +14,9 @@ class TestTorchConformance(EstimatorConformance, BadInputConformance):
     #: CI runs the launcher-level tests on the spark launcher and the partition matrix on ray;
     #: torch on ray also loses and recovers a worker in test_ray_on_spark.py
     launcher_backends = ("spark",)
-    partition_backends = ("ray",)
+    #: a worker killed, stalled or slow: on horovod too (Horovod's own collectives must not hang)
+    liveness_backends = ("spark", *HOROVOD)
+    partition_backends = ("ray", *HOROVOD)
     #: the share-on-disk test on the Spark launcher (bigdl reads its share the same way; ray's runs in
     #: mxnet's CI and the toy's; ORCA_FULL_MATRIX=1 runs every backend)
     spill_backends = ("spark",)
@@ -28,7 +30,7 @@ class TestTorchConformance(EstimatorConformance, BadInputConformance):
     #: issue 22 found these two on the bigdl backend: CI checks them there too
     worker_cases_also_on = {"bigdl": ("empty_dataframe", "nan_in_feature_column")}
 
-    @pytest.fixture(scope="class", params=["bigdl", "ray", "spark"])
+    @pytest.fixture(scope="class", params=["bigdl", "ray", "spark", *HOROVOD])
     @classmethod
     def backend(cls, request):
         return request.param

@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from conftest import sgd
+from conftest import HOROVOD, sgd
 from test_training import expected_sgd_weight, one_weight_model
 from torch import nn
 
@@ -134,7 +134,7 @@ def test_a_stranger_at_the_sync_listener_is_refused_and_the_fit_trains_right(orc
 
 
 @pytest.mark.timeout(600)
-@pytest.mark.parametrize("backend", ["bigdl", "ray", "spark"])
+@pytest.mark.parametrize("backend", ["bigdl", "ray", "spark", *HOROVOD])
 def test_a_local_fit_listens_on_loopback_only(orca_context, backend, tmp_path):
     """Every listening socket of this process and its children (Spark, Ray, the workers), sampled
     while a fit runs, is on 127.0.0.1; the sync listener (and gloo's store) are among them."""

@@ -5,7 +5,7 @@ import numpy as np
 import pandas as pd
 import pytest
 import torch
-from conftest import LinearNet, predict_plain, sgd
+from conftest import HOROVOD, LinearNet, predict_plain, sgd
 from torch import nn
 
 from orca.core.data import XShards
@@ -87,13 +87,14 @@ def test_one_worker_trains_exactly_as_the_plain_torch_loop_and_skips_a_non_finit
             np.testing.assert_allclose(g, w, rtol=0, atol=1e-6)
 
 
-def test_skewed_and_empty_shards_keep_exact_global_batches(orca_context):
+@pytest.mark.parametrize("backend", ["ray", *HOROVOD])
+def test_skewed_and_empty_shards_keep_exact_global_batches(orca_context, backend):
     """Worker 0 gets 6 rows, worker 1 gets 0 rows of the first shard...: every step still uses the global batch."""
     x = (np.arange(1, 9, dtype=np.float64) / 8).reshape(-1, 1).astype(np.float32)
     y = (2 * x).astype(np.float32)
     shards = XShards.from_list([{"x": x[:6], "y": y[:6]}, {"x": x[6:6], "y": y[6:6]}, {"x": x[6:], "y": y[6:]}],
                                backend="local")
-    est = Estimator.from_torch(model=one_weight_model(), optimizer=sgd(0.1), loss=nn.MSELoss(), backend="ray",
+    est = Estimator.from_torch(model=one_weight_model(), optimizer=sgd(0.1), loss=nn.MSELoss(), backend=backend,
                                workers_per_node=2)
     try:
         hist = est.fit(shards, epochs=1, batch_size=8, shuffle=False)

@@ -17,13 +17,14 @@ from orca.core.plugin import (
     NotFittedError,
     check_writable,
     declare,
+    horovod_install_hint,
     reading_model_file,
     require_model_file,
     solo_runner,
     writing_file,
 )
 from orca.torch._spec import build_model, check_loss, check_model, describe_optimizer
-from orca.torch.runner import BigDLTorchRunner, TorchRunner
+from orca.torch.runner import BigDLTorchRunner, HorovodTorchRunner, TorchRunner
 from torch import nn
 
 log = logging.getLogger("orca")
@@ -41,7 +42,8 @@ class Estimator(BaseEstimator):
                 "Spark barrier tasks kept in step by Orca's parameter sync (orca.core.sync), as BigDL's"),
         Backend("ray", "ray", TorchRunner, "Ray actors, gradients all-reduced by torch.distributed (gloo)"),
         Backend("spark", "spark", TorchRunner, "Spark barrier tasks, gradients all-reduced by torch.distributed"),
-        Backend("horovod", "ray", TorchRunner, planned="Horovod; tracked in the Horovod issue, #17"),
+        Backend("horovod", "ray", HorovodTorchRunner, "Ray actors, gradients all-reduced by Horovod (gloo)",
+                requires=("horovod.torch",), install=horovod_install_hint("torch")),
     )
 
     @classmethod

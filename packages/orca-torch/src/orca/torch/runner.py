@@ -18,7 +18,7 @@ import numpy as np
 
 import torch
 import torch.distributed as dist
-from orca.core.plugin import Batch, Rendezvous, Runner, check_class_indices
+from orca.core.plugin import Batch, Rendezvous, Runner, check_class_indices, horovod_missing, start_horovod
 from orca.torch import _codec  # noqa: F401 - registers torch tensors for checkpoints
 from orca.torch._spec import build_loss, build_model, build_optimizer
 from torch import nn
@@ -312,3 +312,57 @@ class BigDLTorchRunner(TorchRunner):
         tmp = t.detach().to(torch.float32 if t.dtype == torch.bfloat16 else t.dtype).contiguous().numpy()
         self.group.broadcast(tmp)
         t.copy_(torch.from_numpy(tmp))
+
+
+def _hvd() -> Any:
+    """``horovod.torch``, or an ImportError that names the command installing it."""
+    try:
+        import horovod.torch as hvd
+    except ImportError as exc:
+        raise horovod_missing("horovod.torch", "torch") from exc
+    return hvd
+
+
+class HorovodTorchRunner(TorchRunner):
+    """The ``horovod`` backend's runner: the same steps, the flat gradient all-reduced by Horovod
+    (its gloo controller, no MPI) instead of torch.distributed.
+
+    The group is started from Orca's rendezvous (:mod:`orca.core.horovod`): rank 0 serves
+    Horovod's rendezvous store, every rank sets its place and calls ``hvd.init()``. Each step
+    all-reduces the one flat gradient buffer with ``hvd.allreduce_`` (what
+    ``hvd.DistributedOptimizer`` does per tensor), so the exact global-batch rule and the
+    empty-share steps stay as on the other backends; ``setup`` broadcasts rank 0's parameters
+    and buffers (``hvd.broadcast_parameters``).
+    """
+
+    _store: Any = None
+
+    def _join_group(self, rendezvous: Rendezvous) -> None:
+        hvd = _hvd()
+        self._leave_horovod(hvd)
+        barrier = self.group.barrier if self.group is not None else (lambda: None)
+        self._store = start_horovod(rendezvous, barrier, self.timeout_s)
+        hvd.init()
+        if (hvd.rank(), hvd.size()) != (self.rank, self.world):
+            raise RuntimeError(f"Horovod placed this worker at rank {hvd.rank()} of {hvd.size()}, Orca at "
+                               f"{self.rank} of {self.world}.")
+
+    def _leave_horovod(self, hvd: Any) -> None:
+        if hvd.is_initialized():
+            hvd.shutdown()
+        if self._store is not None:
+            self._store.close()
+            self._store = None
+
+    def _allreduce_mean_(self, t: torch.Tensor) -> None:
+        hvd = _hvd()
+        hvd.allreduce_(t, op=hvd.Sum)
+        t.div_(self.world)  # as the gloo backend: the sum, then one division (same numbers on every backend)
+
+    def _broadcast_(self, t: torch.Tensor) -> None:
+        _hvd().broadcast_(t, root_rank=0)
+
+    def shutdown(self) -> None:
+        if self.world > 1:
+            self._leave_horovod(_hvd())
+        super().shutdown()

@@ -66,7 +66,7 @@ class Backend:
 
     def check_available(self) -> None:
         """Raise ImportError naming the install command when a required module is missing."""
-        missing = [m for m in self.requires if importlib.util.find_spec(m.split(".")[0]) is None]
+        missing = [m for m in self.requires if not _installed(m)]
         if missing:
             hint = f" Install it with: {self.install}" if self.install else ""
             raise ImportError(f"backend={self.name!r} needs {', '.join(missing)}, which is not installed in this "
@@ -79,6 +79,14 @@ class Backend:
     def group_cls(self) -> Any:
         """The launcher's WorkerGroup class."""
         return _load(LAUNCHERS[self.launcher])
+
+
+def _installed(module: str) -> bool:
+    """True if ``module`` (dotted: ``horovod.torch``) can be found; its parents are imported to look."""
+    try:
+        return importlib.util.find_spec(module) is not None
+    except (ImportError, ValueError):  # a missing parent package
+        return False
 
 
 def declare(*backends: Backend) -> dict[str, Backend]:
