@@ -1,14 +1,16 @@
-"""Orca training configurations in a fresh process: ``--backend ray|spark|bigdl --workers N``.
+"""Orca training configurations in a fresh process: ``--backend ray|spark|bigdl|horovod --workers N``.
 
 ``benchmarks/train.py`` starts one of these per configuration (full run), so that each gets its
 own Orca context with ``cores = workers`` (the Estimator gives each worker ``cores // workers``
 intra-op threads, so this is how "N workers x 1 thread" is asked for) and start-up is measured
-cold. The quick run passes ``--backend ray,spark,bigdl``: the backends train in turn in one
-process (one context; each its own workers), and only the first one's start-up is cold.
+cold. The quick run passes ``--backend ray,spark,bigdl,horovod``: the backends train in turn in
+one process (one context; each its own workers), and only the first one's start-up is cold.
+``horovod`` trains only where ``horovod.torch`` imports; elsewhere its result is
+``{"na": "horovod not installed: ..."}`` (a row with the install command and no number).
 
 Measured per backend, in order:
   context_s     init_orca_context + Spark session ready (first backend)
-  ray_s         Ray started (the first ray backend; Orca starts it lazily)
+  ray_s         Ray started (the first backend on Ray actors, ray or horovod; Orca starts it lazily)
   data_s        the first scale's DataFrame built and cached
   first_step_s  from the first ``est.fit`` call to the end of rank 0's first training step
   process_to_first_step_s   from the start of this process (imports, context, Ray) to that step
@@ -44,10 +46,24 @@ from torch import nn
 # common.py is not installed on the workers: its model and optimizer travel by value.
 cloudpickle.register_pickle_by_value(common)
 
+BACKENDS = ("ray", "spark", "bigdl", "horovod")
+
+
+def horovod_missing() -> str | None:
+    """Why the ``horovod`` backend cannot train here (the row's note), or None when ``horovod.torch`` imports."""
+    from orca.core.horovod_install import COMMAND
+
+    try:
+        import horovod.torch  # noqa: F401
+    except (ImportError, OSError):  # OSError: a build whose torch extension does not load
+        return f"horovod not installed: {COMMAND.format(framework='torch')}"
+    return None
+
+
 def main() -> None:
     p = argparse.ArgumentParser()
     p.add_argument("--backend", required=True,
-                   help="ray, spark or bigdl; or several, comma-separated, trained in turn in this process "
+                   help="ray, spark, bigdl or horovod; or several, comma-separated, trained in turn in this process "
                         "(the quick run: only the first one's start-up is cold)")
     p.add_argument("--workers", type=int, required=True)
     p.add_argument("--rows", type=int, default=4096, help="rows at scale x1")
@@ -62,9 +78,17 @@ def main() -> None:
     p.add_argument("--out", required=True)
     a = p.parse_args()
     backends = [b.strip() for b in a.backend.split(",") if b.strip()]
-    unknown = sorted(set(backends) - {"ray", "spark", "bigdl"})
+    unknown = sorted(set(backends) - set(BACKENDS))
     if unknown:
         p.error(f"--backend: unknown {unknown}")
+    out: dict = {}
+    if "horovod" in backends and (why := horovod_missing()):
+        out["horovod"] = {"system": "orca-horovod", "backend": "horovod", "na": why}
+        backends = [b for b in backends if b != "horovod"]
+        if not backends:
+            with open(a.out, "w") as fh:
+                json.dump(out["horovod"], fh, indent=1)
+            return
     scales = [int(s) for s in a.scales.split(",")]
 
     t = time.perf_counter()
@@ -82,7 +106,6 @@ def main() -> None:
         x, y = common.synthetic(a.rows * scale)
         return x, y, cached_df(spark, {"features": x, "label": y}, a.workers)
 
-    out: dict = {}
     data: dict = {}
     try:
         configs = [(b, a.workers, a.native) for b in backends]
@@ -94,7 +117,7 @@ def main() -> None:
                          "cold": i == 0}
             if i == 0:
                 res.update(import_s=import_s, context_s=context_s)
-            if backend == "ray" and not ctx.has_ray:
+            if backend in ("ray", "horovod") and not ctx.has_ray:
                 t = time.perf_counter()
                 ctx.ray_runtime()
                 res["ray_s"] = time.perf_counter() - t

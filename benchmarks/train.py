@@ -1,8 +1,10 @@
 """Part 1 (and its scale rows): PyTorch training, Orca's backends against Ray Train, TorchDistributor
 and a plain torch loop, each configuration in a fresh process with a timeout.
 
-Orca configurations run ``child.py`` (``ray``, ``spark``, ``bigdl``: a process each in the full
-run, one process for the three in the quick run); the peers run ``train_peers.py``.
+Orca configurations run ``child.py`` (``ray``, ``spark``, ``bigdl``, ``horovod``: a process each in
+the full run, one process for the four in the quick run); the peers run ``train_peers.py``.
+``horovod`` (Ray actors, gradients all-reduced by Horovod's gloo controller) trains only where
+``horovod.torch`` imports; elsewhere its rows say how to install it and carry no number.
 Every configuration trains the same MLP on the same synthetic data at each data scale, with the
 same global batch and 1 intra-op thread per worker.
 """
@@ -13,7 +15,7 @@ from typing import Any
 
 from harness import median, rates, ratio, row, run_child
 
-ORCA = ("ray", "spark", "bigdl")
+ORCA = ("ray", "spark", "bigdl", "horovod")
 PEERS = ("ray-train", "torch-distributor")
 TIMEOUT_S = 900
 
@@ -32,7 +34,7 @@ def measure(quick: bool, log: Any = print) -> tuple[list[dict], dict]:
     common = ["--rows", str(s["rows"]), "--scales", ",".join(map(str, s["scales"])), "--epochs", str(s["epochs"]),
               "--rounds", str(s["rounds"]), "--batch-size", str(s["batch_size"])]
     jobs: list[tuple[str, str, list[str]]] = []
-    if quick:  # one process trains the three backends in turn, then ray 1x1 (start-up cold for the first)
+    if quick:  # one process trains the four backends in turn, then ray 1x1 (start-up cold for the first)
         jobs.append(("orca 2x1", "child.py", ["--backend", ",".join(ORCA), "--workers", "2", "--also-one-worker"]))
     else:
         for b in s["one_worker_backends"]:
@@ -122,6 +124,12 @@ def rows_from(raw: dict[str, list[dict]], s: dict) -> list[dict]:
     bigdl, ray = speed.get(("orca-bigdl 2x1", 1)), speed.get(("orca-ray 2x1", 1))
     rows.append(row("training", "orca-bigdl 2x1 vs orca-ray 2x1 (orca.core.sync vs gloo), samples/s", bigdl,
                     "samples/s", ratio(bigdl, ray), "-", reference=ray))
+    # issue #17: Horovod's allreduce (its gloo controller) against the other two syncs, same steps
+    hvd, hvd_note = speed.get(("orca-horovod 2x1", 1)), notes.get("orca-horovod 2x1")
+    for other, label in (("bigdl", "Horovod vs orca.core.sync"), ("ray", "Horovod vs torch.distributed gloo")):
+        ref = speed.get((f"orca-{other} 2x1", 1))
+        rows.append(row("training", f"orca-horovod 2x1 vs orca-{other} 2x1 ({label}), samples/s", hvd, "samples/s",
+                        ratio(hvd, ref), "-", reference=ref, note=hvd_note or notes.get(f"orca-{other} 2x1")))
     for name in (f"{p} 2x1" for p in PEERS):
         rows.append(row("training", f"{name} (reference), samples/s", speed.get((name, 1)), "samples/s",
                         note=notes.get(name)))

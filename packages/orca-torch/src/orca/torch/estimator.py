@@ -80,8 +80,9 @@ class Estimator(BaseEstimator):
             backend: ``"bigdl"`` (the default, as in the reference: Spark barrier tasks kept in step by
                 Orca's own parameter sync, :mod:`orca.core.sync`, a reduce-scatter + all-gather of the
                 flat gradients as in BigDL), ``"ray"`` (Ray actors, torch.distributed gloo) or
-                ``"spark"`` (Spark barrier tasks, torch.distributed gloo). All three run the same steps
-                and give the same weights.
+                ``"spark"`` (Spark barrier tasks, torch.distributed gloo) or ``"horovod"`` (Ray actors,
+                Horovod's gloo all-reduce; needs ``python -m orca.core.horovod_install torch``). All run
+                the same steps and give the same weights.
             config: a dict handed to every creator.
             workers_per_node: workers per node; ``batch_size`` is split across all workers.
             scheduler_creator: ``f(optimizer, config)`` returning an LR scheduler, stepped per epoch.
@@ -100,6 +101,8 @@ class Estimator(BaseEstimator):
 
         Raises:
             ValueError: an unknown backend, or an optimizer instance not built on ``model``.
+            ImportError: ``backend="horovod"`` without Horovod built for torch (the message names the
+                command that builds it).
             TypeError: a ``model``, ``optimizer`` or ``loss`` of an unsupported type.
 
         Examples:
