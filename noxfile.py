@@ -326,6 +326,22 @@ def torch_horovod(session: nox.Session) -> None:
     session.run("pytest", "packages/orca-torch/tests", "-m", "horovod", "--durations=25", *session.posargs)
 
 
+#: the newest TensorFlow Horovod 0.28.1 builds against (Keras 2.15: TF >= 2.16 ships no XLA headers it
+#: includes); it keeps numpy 1.26, which pyarrow 26 refuses at import, and tensorboard below the 2.16 that
+#: orca-tf's test extra names: so orca-tf goes in without the extra, its test tools listed here
+TF_HOROVOD = ("tensorflow-cpu==2.15.1", "pyarrow<26", "pytest>=8", "pytest-timeout>=2.2", "scikit-learn>=1.3")
+
+
+@test_session
+def tf_horovod(session: nox.Session) -> None:
+    """orca-tf's ``horovod`` backend on TensorFlow 2.15 (Keras 2): Horovod 0.28.1 built against it,
+    then orca-tf's Horovod tests (test_horovod.py: the conformance suite and the backend's own)."""
+    _install(session, *TF_HOROVOD, *CORE, "-e", "packages/orca-tf")
+    _install_horovod(session, "tensorflow")
+    _runtime_env(session)
+    session.run("pytest", "packages/orca-tf/tests/test_horovod.py", "--durations=25", *session.posargs)
+
+
 WORKFLOW = ".github/workflows/ci.yml"
 WORKFLOW_CHECK = """
 import sys, yaml
@@ -481,6 +497,7 @@ def bench(session: nox.Session) -> None:
         session.install(PETASTORM)
     except nox.command.CommandFailed:
         session.warn(f"{PETASTORM} did not install: the data-path table reports petastorm as n/a")
+    _install_horovod(session, "torch")  # the horovod rows of the training and allreduce benchmarks
     _runtime_env(session)
     session.run("python", "benchmarks/run.py", *session.posargs)
     if not any(a.startswith("--parts") for a in session.posargs):

@@ -11,12 +11,6 @@ from orca.tf import Estimator
 pytestmark = pytest.mark.timeout(180)
 
 
-def test_a_planned_backend_is_refused_naming_it():
-    """(An unknown backend is the bad-input matrix's unknown_backend case, test_conformance.py.)"""
-    with pytest.raises(ValueError, match="horovod"):
-        Estimator.from_keras(model_creator=linear_creator(), backend="horovod")
-
-
 def test_model_creator_must_be_a_function():
     with pytest.raises(TypeError, match="model_creator"):
         Estimator.from_keras(model_creator="model")

@@ -43,12 +43,6 @@ def no_work_left(backend, orca_context):
         assert ray.available_resources().get("CPU", 0) == 2
 
 
-def test_a_planned_backend_says_it_is_not_available_yet():
-    """(An unknown backend is the bad-input matrix's unknown_backend case, test_conformance.py.)"""
-    with pytest.raises(ValueError, match="not available yet.*use 'bigdl', 'ray' or 'spark'"):
-        Estimator.from_torch(model=LinearNet(), optimizer=sgd(0.1), loss=nn.MSELoss(), backend="horovod")
-
-
 @pytest.mark.parametrize("model", [42, nn.Linear, "model.pt"])
 def test_model_that_is_neither_module_nor_creator_is_rejected(model):
     with pytest.raises(TypeError, match="nn.Module or a creator"):

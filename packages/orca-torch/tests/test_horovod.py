@@ -69,9 +69,9 @@ else:
         with pytest.raises(ConnectionRefusedError):  # closed: nothing listens there any more
             socket.create_connection(("127.0.0.1", port), timeout=5).close()
 
-    def test_every_fit_of_warm_workers_rejoins_horovod_and_stays_exact(orca_context) -> None:
-        """Two fits on the same (warm) actors: each joins a fresh Horovod group, and the second
-        continues from the first's weights: the SGD of both fits' global batches, to 1e-6."""
+    def test_a_second_fit_on_warm_workers_continues_exactly(orca_context) -> None:
+        """Two fits on the same (warm) actors and their Horovod group: the second continues from the
+        first's weights: the SGD of both fits' global batches, to 1e-6."""
         x = (np.arange(1, 9, dtype=np.float64) / 8).reshape(-1, 1).astype(np.float32)
         y = (2 * x).astype(np.float32)
         est = Estimator.from_torch(model=one_weight_model(), optimizer=sgd(0.1), loss=nn.MSELoss(),

@@ -10,7 +10,8 @@ framework runner's Horovod backend does the same with this module and its own sy
    local mode, never every interface) on the port the launcher reserved for the framework's
    group, answering only the job's worker hosts;
 2. the sync group's barrier, so no rank asks the store before it serves;
-3. :func:`environment` into ``os.environ``, then the framework's ``hvd.init()``.
+3. :func:`environment` into ``os.environ``, then the framework's ``hvd.init()``
+   (:func:`join` does the three; :func:`leave` ends it).
 
 Nothing here imports an ML framework: ``horovod.runner`` is Horovod's framework-free launcher.
 """
@@ -152,6 +153,30 @@ def start(rendezvous: Rendezvous, barrier: Any, timeout_s: float) -> RendezvousS
         raise
     os.environ.update(environment(rendezvous, timeout_s))
     return store
+
+
+def join(hvd: Any, rendezvous: Rendezvous, barrier: Any, timeout_s: float) -> RendezvousStore | None:
+    """:func:`start`, then ``hvd.init()`` of the framework's Horovod module ``hvd`` (``horovod.torch``,
+    ``horovod.tensorflow``), checking that Horovod placed this process where Orca did. Returns the
+    store on rank 0 (give it to :func:`leave`)."""
+    store = start(rendezvous, barrier, timeout_s)
+    try:
+        hvd.init()
+        if (hvd.rank(), hvd.size()) != (rendezvous.rank, rendezvous.world_size):
+            raise RuntimeError(f"Horovod placed this worker at rank {hvd.rank()} of {hvd.size()}, Orca at "
+                               f"{rendezvous.rank} of {rendezvous.world_size}.")
+    except BaseException:
+        leave(hvd, store)
+        raise
+    return store
+
+
+def leave(hvd: Any, store: RendezvousStore | None) -> None:
+    """Shut Horovod down in this process (so a later fit can join a new job) and close ``store``."""
+    if hvd.is_initialized():
+        hvd.shutdown()
+    if store is not None:
+        store.close()
 
 
 def missing(framework_module: str, framework: str) -> ImportError:

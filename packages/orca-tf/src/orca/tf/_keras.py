@@ -7,6 +7,7 @@ Only the names of a few calls differ.
 
 from __future__ import annotations
 
+import importlib
 from typing import Any
 
 
@@ -14,6 +15,24 @@ def is_legacy(model: Any) -> bool:
     """True for a tf_keras (Keras 2) model, False for Keras 3."""
     return any(c.__module__.startswith(("tf_keras", "keras.src.engine", "keras.engine"))
                for c in type(model).__mro__)
+
+
+def legacy_keras(model: Any = None) -> Any:
+    """The Keras 2 package: ``tf_keras``, or ``keras`` itself on TensorFlow <= 2.15 (where it is
+    Keras 2, and tf_keras is seldom installed); with ``model``, the one the model comes from."""
+    import importlib
+
+    if model is not None:
+        return importlib.import_module(type(model).__module__.split(".")[0])
+    try:
+        import tf_keras
+    except ImportError:
+        import keras
+
+        if int(keras.__version__.split(".")[0]) < 3:
+            return keras
+        raise
+    return tf_keras
 
 
 def check_model(model: Any, where: str = "the model creator") -> None:
@@ -70,10 +89,7 @@ def _override(compile_config: dict[str, Any], legacy: bool, optimizer: Any, metr
     """``compile_config`` with its optimizer and metrics replaced by ``optimizer``/``metrics`` (if given)."""
     if optimizer is None and metrics is None:
         return compile_config
-    if legacy:
-        import tf_keras as flavour
-    else:
-        import keras as flavour  # type: ignore[no-redef]
+    flavour = legacy_keras() if legacy else importlib.import_module("keras")
     name = "tf_keras" if legacy else "Keras 3"
 
     def plain(obj: Any, kind: str, module: Any, base: Any) -> Any:
@@ -130,9 +146,7 @@ def model_from_spec(spec: dict[str, Any], config: dict[str, Any]) -> Any:
     import json
 
     if spec["legacy"]:
-        import tf_keras
-
-        model = tf_keras.models.model_from_config(json.loads(spec["model"]))
+        model = legacy_keras().models.model_from_config(json.loads(spec["model"]))
     else:
         import keras
 

@@ -17,12 +17,13 @@ from orca.core.plugin import (
     check_writable,
     declare,
     get_data_source,
+    horovod_install_hint,
     reading_model_file,
     require_model_file,
     solo_runner,
 )
 from orca.tf._dataset import dataset_adapter
-from orca.tf.runner import BigDLKerasRunner, KerasRunner
+from orca.tf.runner import BigDLKerasRunner, HorovodKerasRunner, KerasRunner
 
 if TYPE_CHECKING:
     from orca.tf.graph_estimator import GraphEstimator
@@ -73,7 +74,10 @@ class Estimator(BaseEstimator):
         Backend("ray", "ray", KerasRunner, "Ray actors kept in step by a MultiWorkerMirroredStrategy"),
         Backend("spark", "spark", KerasRunner, "Spark barrier tasks kept in step by a MultiWorkerMirroredStrategy"),
         Backend("bigdl", "spark", BigDLKerasRunner, "Spark barrier tasks kept in step by orca.core.sync"),
-        Backend("horovod", "ray", KerasRunner, planned="Horovod; tracked in the Horovod issue, #17"),
+        Backend("horovod", "ray", HorovodKerasRunner, "Ray actors, gradients all-reduced by Horovod (gloo)",
+                requires=("horovod.tensorflow",),
+                install="Horovod 0.28.1 builds only against TensorFlow <= 2.15 (Keras 2: tf.keras, or tf_keras), "
+                        f"so give it an environment of its own: {horovod_install_hint('tensorflow')}."),
     )
 
     @classmethod
@@ -108,10 +112,14 @@ class Estimator(BaseEstimator):
                 creator that returns an uncompiled model.
             workers_per_node: workers on each node; ``batch_size`` is split across all workers.
             backend: ``"ray"`` (Ray actors) or ``"spark"`` (Spark barrier tasks), both keeping the
-                replicas in step over a ``tf.distribute.MultiWorkerMirroredStrategy``; or ``"bigdl"``
+                replicas in step over a ``tf.distribute.MultiWorkerMirroredStrategy``; ``"bigdl"``
                 (Spark barrier tasks kept in step by Orca's own parameter sync, :mod:`orca.core.sync`,
                 as the torch ``bigdl`` backend: the same steps and weights, with a faster all-reduce
-                than the strategy's on CPU clusters).
+                than the strategy's on CPU clusters); or ``"horovod"`` (Ray actors, each step's
+                gradient all-reduced by Horovod's gloo controller, started from Orca's rendezvous:
+                no MPI, no ``horovodrun``; the same steps and weights). Horovod 0.28.1 builds only
+                against TensorFlow <= 2.15: ``pip install orca-tf "tensorflow-cpu==2.15.1"``, then
+                ``python -m orca.core.horovod_install tensorflow``.
             model_dir: default directory for checkpoints (a shared filesystem on a cluster).
             verbose: 0 hides the driver's progress bar.
             seed: seeds model creation and shuffling on every worker (``None``: unseeded).
@@ -125,6 +133,8 @@ class Estimator(BaseEstimator):
 
         Raises:
             ValueError: an unknown backend.
+            ImportError: ``backend="horovod"`` in an environment without Horovod for TensorFlow
+                (the message names the commands that install it).
             TypeError: ``model_creator`` or ``compile_args_creator`` is not callable, or
                 ``keras_model`` is not a Keras model, or ``optimizer``/``metrics`` are of the other
                 Keras flavour.
@@ -423,6 +433,8 @@ class Estimator(BaseEstimator):
                 model.export(filepath, verbose=0)
         elif fmt == "h5" and is_legacy(model):
             model.save(filepath, save_format="h5", include_optimizer=include_optimizer)
+        elif is_legacy(model) and filepath.endswith(".keras"):
+            model.save(filepath)  # Keras 2's native format takes no include_optimizer: it always has it
         elif fmt == "h5" or filepath.endswith(".keras") or is_legacy(model):
             model.save(filepath, include_optimizer=include_optimizer)
         else:  # Keras 3 insists on the .keras suffix: write one, then move it to the asked name
@@ -448,13 +460,11 @@ class Estimator(BaseEstimator):
         require_model_file(filepath, os.path.exists(filepath))
         given = filepath
         template = self.get_model()
-        from orca.tf._keras import is_legacy, optimizer_variables
+        from orca.tf._keras import is_legacy, legacy_keras, optimizer_variables
 
         if is_legacy(template):
-            import tf_keras
-
             with reading_model_file(given):
-                loaded = tf_keras.models.load_model(filepath)
+                loaded = legacy_keras(template).models.load_model(filepath)
         else:
             if os.path.isdir(filepath):
                 raise ValueError(f"{filepath!r} is a SavedModel: Keras 3 opens those for inference only "

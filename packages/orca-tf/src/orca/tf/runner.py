@@ -6,6 +6,9 @@ is summed over the workers by the strategy's collective all-reduce and divided b
 size, so every worker applies exactly the global batch's gradient with the compiled
 optimizer, also when its own share is uneven or empty. Compiled metrics accumulate locally
 and are merged exactly (their state variables summed) at the end of each epoch.
+
+The same step runs on two other transports: :mod:`orca.core.sync` (:class:`BigDLKerasRunner`)
+and Horovod (:class:`HorovodKerasRunner`).
 """
 
 from __future__ import annotations
@@ -16,7 +19,17 @@ from typing import Any
 
 import numpy as np
 
-from orca.core.plugin import Batch, Rendezvous, Runner, check_class_indices, pack, unpack
+from orca.core.plugin import (
+    Batch,
+    Rendezvous,
+    Runner,
+    check_class_indices,
+    horovod_missing,
+    join_horovod,
+    leave_horovod,
+    pack,
+    unpack,
+)
 from orca.tf import _keras, _sync
 from orca.tf._dataset import dataset_batches
 from orca.tf._graph import shape_rows
@@ -71,8 +84,10 @@ class KerasRunner(Runner):
 
     can_skip_steps = True
     strategy: Any = None
-    #: keep the replicas in step with orca.core.sync (the ``bigdl`` backend) instead of the strategy
-    orca_sync = False
+    #: what keeps the replicas in step: ``"strategy"`` (a MultiWorkerMirroredStrategy: the ``ray``
+    #: and ``spark`` backends), ``"orca"`` (orca.core.sync: ``bigdl``) or ``"horovod"``; only the
+    #: strategy configures TF's own collectives (and may need a child process)
+    sync = "strategy"
     child_preload = ("tensorflow",)
     fit_options: dict[str, Any] = {}  # noqa: RUF012 - replaced, never mutated
 
@@ -83,7 +98,7 @@ class KerasRunner(Runner):
         TF), and whenever this process outlives the call (any Spark Python worker): TensorFlow's
         gRPC server listens on every interface and cannot be stopped, so it must end with the
         process that started it, at the end of the fit, not with an idle Spark worker later."""
-        if rendezvous.world_size <= 1 or cls.orca_sync:
+        if rendezvous.world_size <= 1 or cls.sync != "strategy":
             return False
         return bool(rendezvous.extra.get("process_outlives_call")) or not _sync.can_join(rendezvous)
 
@@ -105,14 +120,17 @@ class KerasRunner(Runner):
         # With a strategy, the initial weights go through it and the sync group (epoch stats) is
         # joined last, as a child's parent joins it after the child set up: so ranks hosted in a
         # child (a reused Spark worker) and ranks hosted in place wait on each other in one order.
-        # On the bigdl backend (orca_sync) the sync group carries the weights and gradients.
-        if rendezvous.world_size > 1 and not self.orca_sync:
+        # On the bigdl backend the sync group carries the weights and gradients; on horovod,
+        # Horovod does, started once the sync group is up (its barrier).
+        if rendezvous.world_size > 1 and self.sync == "strategy":
             self.strategy = _sync.join(rendezvous, self.threads)
         else:
             _sync.set_threads(self.threads)
         self.begin_setup(rendezvous)
         if self.strategy is None:
             self.join_group()
+            if rendezvous.world_size > 1:
+                self._join_transport(rendezvous)
         self.model = build_model(self.spec, self.config)
         self.legacy = _keras.is_legacy(self.model)
         self.fit_options: dict[str, Any] = {}
@@ -140,6 +158,13 @@ class KerasRunner(Runner):
         return _inputs(arrays)
 
     # ------------------------------------------------------------ sync
+    def _join_transport(self, rendezvous: Rendezvous) -> None:
+        """Start a gradient transport of the runner's own after the sync group (none here)."""
+
+    def _mean_of(self, flat: Any) -> Any:
+        """The mean over the workers of the flat float32 tensor ``flat``, traced into a step."""
+        return _sync.all_sum(self.strategy, flat) / float(self.world)
+
     def _broadcast_weights(self) -> None:
         """Rank 0's initial weights to every worker (a sum where the other ranks add zeros)."""
         self._synced = True
@@ -167,7 +192,7 @@ class KerasRunner(Runner):
         shapes = [tuple(v.shape) for v in tvars]
         sizes = [int(np.prod(s)) for s in shapes]
         counter = getattr(model, "_train_counter", None) if self.legacy else None
-        strategy, world = self.strategy, float(self.world)
+        mean_of = self._mean_of
 
         def loss_and_grads(x: Any, y: Any, sw: Any, weight: Any) -> Any:
             with tf.GradientTape() as tape:
@@ -203,7 +228,7 @@ class KerasRunner(Runner):
 
             return _Step(step=step, grads_of=grads_of, reduce=lambda flat: flat, apply_flat=apply_flat)
 
-        if self.orca_sync:
+        if self.sync == "orca":
             def orca_reduce(flat: Any) -> Any:
                 buf = np.array(flat, dtype=np.float32)  # a writable copy of the tensor (80 KB..MBs)
                 self.allreduce_mean_(buf)
@@ -217,11 +242,11 @@ class KerasRunner(Runner):
         # all-reduce (about 3x slower than one inside a tf.function) on the hot path.
         @tf.function(input_signature=[tf.TensorSpec([sum(sizes)], tf.float32)])
         def reduce_apply(flat: Any) -> None:
-            apply_flat(_sync.all_sum(strategy, flat) / world)  # traced into this one function
+            apply_flat(mean_of(flat))  # traced into this one function
 
         @tf.function(input_signature=[tf.TensorSpec([sum(sizes)], tf.float32)])
         def reduce(flat: Any) -> Any:
-            return _sync.all_sum(strategy, flat) / world
+            return mean_of(flat)
 
         return _Step(grads_of=grads_of, reduce_apply=reduce_apply, reduce=reduce, apply_flat=apply_flat,
                      size=sum(sizes))
@@ -412,7 +437,66 @@ class BigDLKerasRunner(KerasRunner):
     MultiWorkerMirroredStrategy. No TF collective is configured, so a reused Spark Python
     worker hosts it in place (no child process)."""
 
-    orca_sync = True
+    sync = "orca"
+
+
+def _hvd() -> Any:
+    """``horovod.tensorflow``, or an ImportError that names the command installing it."""
+    try:
+        import horovod.tensorflow as hvd
+    except ImportError as exc:
+        raise horovod_missing("horovod.tensorflow", "tensorflow") from exc
+    return hvd
+
+
+class HorovodKerasRunner(KerasRunner):
+    """The ``horovod`` backend's runner: the same compiled step, its flat gradient all-reduced by
+    Horovod (its gloo controller, no MPI) instead of a MultiWorkerMirroredStrategy.
+
+    No TF collective and no gRPC server is configured, so the runner is hosted in place. The
+    Horovod job is started from Orca's rendezvous once the sync group is up
+    (:mod:`orca.core.horovod`: rank 0 serves Horovod's rendezvous store, every rank sets its place
+    and calls ``hvd.init()``). Each step sums the one flat gradient with ``hvd.allreduce`` inside
+    the same ``tf.function`` as the strategy's all-reduce, and divides it by the world size, so
+    the exact global-batch rule, the empty-share steps (zeros) and skipped non-finite steps are
+    as on the other backends; rank 0's initial weights reach the others by ``hvd.broadcast``.
+    """
+
+    sync = "horovod"
+    _store: Any = None
+    _horovod = False
+
+    def _join_transport(self, rendezvous: Rendezvous) -> None:
+        hvd = _hvd()
+        leave_horovod(hvd, self._store)  # warm workers: a fit before this one left a group
+        barrier = self.group.barrier if self.group is not None else (lambda: None)
+        self._store = join_horovod(hvd, rendezvous, barrier, self.timeout_s)
+        self._horovod = True
+
+    def _mean_of(self, flat: Any) -> Any:
+        hvd = _hvd()
+        # the sum, then one division: the same numbers as the strategy's and orca.core.sync's mean
+        return hvd.allreduce(flat, op=hvd.Sum, name="orca_flat_gradient") / float(self.world)
+
+    def _broadcast_weights(self) -> None:
+        """Rank 0's initial weights to every worker, packed into one float64 ``hvd.broadcast``."""
+        self._synced = True
+        if not self._horovod:
+            return
+        weights = self.model.get_weights()
+        if not weights:
+            return
+        import tensorflow as tf
+
+        hvd = _hvd()
+        flat = hvd.broadcast(tf.constant(pack(weights)), root_rank=0, name="orca_initial_weights")
+        self.model.set_weights(unpack(np.asarray(flat), weights))
+
+    def shutdown(self) -> None:
+        if self._horovod:
+            leave_horovod(_hvd(), self._store)
+            self._store, self._horovod = None, False
+        super().shutdown()
 
 
 def _wire(a: np.ndarray) -> np.ndarray:

@@ -18,7 +18,15 @@ import numpy as np
 
 import torch
 import torch.distributed as dist
-from orca.core.plugin import Batch, Rendezvous, Runner, check_class_indices, horovod_missing, start_horovod
+from orca.core.plugin import (
+    Batch,
+    Rendezvous,
+    Runner,
+    check_class_indices,
+    horovod_missing,
+    join_horovod,
+    leave_horovod,
+)
 from orca.torch import _codec  # noqa: F401 - registers torch tensors for checkpoints
 from orca.torch._spec import build_loss, build_model, build_optimizer
 from torch import nn
@@ -339,20 +347,9 @@ class HorovodTorchRunner(TorchRunner):
 
     def _join_group(self, rendezvous: Rendezvous) -> None:
         hvd = _hvd()
-        self._leave_horovod(hvd)
+        leave_horovod(hvd, self._store)  # warm workers: a fit before this one left a group
         barrier = self.group.barrier if self.group is not None else (lambda: None)
-        self._store = start_horovod(rendezvous, barrier, self.timeout_s)
-        hvd.init()
-        if (hvd.rank(), hvd.size()) != (self.rank, self.world):
-            raise RuntimeError(f"Horovod placed this worker at rank {hvd.rank()} of {hvd.size()}, Orca at "
-                               f"{self.rank} of {self.world}.")
-
-    def _leave_horovod(self, hvd: Any) -> None:
-        if hvd.is_initialized():
-            hvd.shutdown()
-        if self._store is not None:
-            self._store.close()
-            self._store = None
+        self._store = join_horovod(hvd, rendezvous, barrier, self.timeout_s)
 
     def _allreduce_mean_(self, t: torch.Tensor) -> None:
         hvd = _hvd()
@@ -364,5 +361,6 @@ class HorovodTorchRunner(TorchRunner):
 
     def shutdown(self) -> None:
         if self.world > 1:
-            self._leave_horovod(_hvd())
+            leave_horovod(_hvd(), self._store)
+            self._store = None
         super().shutdown()
