@@ -311,7 +311,7 @@ def openvino(session: nox.Session, pins: dict[str, str]) -> None:
 def _install_horovod(session: nox.Session, framework: str) -> None:
     """Horovod built for ``framework`` by the installer users run (``python -m
     orca.core.horovod_install``): its keyed wheel cache makes later runs take seconds (the first
-    build: ~7 min for torch, ~4 for TensorFlow on 2 cores). The installer builds with pip."""
+    build: about 2 minutes each on 2 cores). The installer builds with pip."""
     _install(session, "pip")
     session.run("python", "-m", "orca.core.horovod_install", framework)
 
