@@ -155,11 +155,13 @@ def start(rendezvous: Rendezvous, barrier: Any, timeout_s: float) -> RendezvousS
     return store
 
 
-def join(hvd: Any, rendezvous: Rendezvous, barrier: Any, timeout_s: float) -> RendezvousStore | None:
-    """:func:`start`, then ``hvd.init()`` of the framework's Horovod module ``hvd`` (``horovod.torch``,
-    ``horovod.tensorflow``), checking that Horovod placed this process where Orca did. Returns the
-    store on rank 0 (give it to :func:`leave`)."""
-    store = start(rendezvous, barrier, timeout_s)
+def join(hvd: Any, rendezvous: Rendezvous, group: Any, timeout_s: float) -> RendezvousStore | None:
+    """:func:`start` (waiting on the sync ``group``'s barrier; ``None``: no wait), then ``hvd.init()``
+    of the framework's Horovod module ``hvd`` (``horovod.torch``, ``horovod.tensorflow``), checking
+    that Horovod placed this process where Orca did. A Horovod left running in this process by an
+    earlier runner is shut down first. Returns the store on rank 0 (give it to :func:`leave`)."""
+    leave(hvd, None)
+    store = start(rendezvous, group.barrier if group is not None else (lambda: None), timeout_s)
     try:
         hvd.init()
         if (hvd.rank(), hvd.size()) != (rendezvous.rank, rendezvous.world_size):

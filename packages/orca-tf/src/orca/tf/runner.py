@@ -467,10 +467,7 @@ class HorovodKerasRunner(KerasRunner):
     _horovod = False
 
     def _join_transport(self, rendezvous: Rendezvous) -> None:
-        hvd = _hvd()
-        leave_horovod(hvd, self._store)  # warm workers: a fit before this one left a group
-        barrier = self.group.barrier if self.group is not None else (lambda: None)
-        self._store = join_horovod(hvd, rendezvous, barrier, self.timeout_s)
+        self._store = join_horovod(_hvd(), rendezvous, self.group, self.timeout_s)
         self._horovod = True
 
     def _mean_of(self, flat: Any) -> Any:

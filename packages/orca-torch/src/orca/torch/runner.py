@@ -346,10 +346,7 @@ class HorovodTorchRunner(TorchRunner):
     _store: Any = None
 
     def _join_group(self, rendezvous: Rendezvous) -> None:
-        hvd = _hvd()
-        leave_horovod(hvd, self._store)  # warm workers: a fit before this one left a group
-        barrier = self.group.barrier if self.group is not None else (lambda: None)
-        self._store = join_horovod(hvd, rendezvous, barrier, self.timeout_s)
+        self._store = join_horovod(_hvd(), rendezvous, self.group, self.timeout_s)
 
     def _allreduce_mean_(self, t: torch.Tensor) -> None:
         hvd = _hvd()
