@@ -89,7 +89,8 @@ _TORCH = (
         _a("optimizer", default=None),
         _a("loss", default=None),
         _a("metrics", default=None),
-        _a("backend", default="bigdl", note="the guide's default; the 2.4 code defaulted to `spark`: pass it"),
+        _a("backend", default="bigdl", note="the guide's default; the 2.4 code defaulted to `spark`: pass it. "
+           "`horovod` needs `python -m orca.core.horovod_install torch`"),
         _a("config", default=None),
         _a("workers_per_node", default=1),
         _a("scheduler_creator", default=None, note="stepped once per epoch"),
@@ -169,7 +170,8 @@ _TF2 = (
                                              "model_creator would be (its config, compile config and weights travel)"),
         _a("config", default=None), _a("verbose", DEFAULT, note="1 in Orca (the driver's progress bar)"),
         _a("workers_per_node", default=1), _a("compile_args_creator", default=None),
-        _a("backend", default="ray"),
+        _a("backend", default="ray", note="`horovod` needs TF 2.15 and `python -m orca.core.horovod_install "
+           "tensorflow`, in an environment of its own"),
         _a("cpu_binding", UNSUPPORTED, note="each worker gets its node's CPUs divided by the workers on it"),
         _a("log_to_driver", UNSUPPORTED, note="use init_orca_context(log_output=True)"),
         _a("model_dir", NOOP, note="optional on every backend (the reference's spark backend required it to pass "
