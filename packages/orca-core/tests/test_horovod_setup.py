@@ -87,3 +87,10 @@ def test_a_planned_backend_and_a_missing_extension_are_refused_naming_the_way_ou
     with pytest.raises(ImportError, match=r"needs json\.no_such_part.*Install it with: pip install ext"):
         resolve_backend(backends, "ext", "Toy")
     assert resolve_backend(backends, "a", "Toy").name == "a"
+
+
+def test_a_missing_horovod_module_is_an_import_error_naming_the_build_command() -> None:
+    with pytest.raises(ImportError, match=r"needs Horovod built for torch \(orca_no_such_horovod\.torch is missing.*"
+                                          r"python -m orca\.core\.horovod_install torch"):
+        horovod.framework_module("orca_no_such_horovod.torch", "torch")
+    assert horovod.framework_module("json", "torch").__name__ == "json"  # an installed module comes back

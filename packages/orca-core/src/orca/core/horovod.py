@@ -18,6 +18,7 @@ Nothing here imports an ML framework: ``horovod.runner`` is Horovod's framework-
 
 from __future__ import annotations
 
+import importlib
 import os
 import threading
 from collections.abc import Sequence
@@ -181,9 +182,13 @@ def leave(hvd: Any, store: RendezvousStore | None) -> None:
         store.close()
 
 
-def missing(framework_module: str, framework: str) -> ImportError:
-    """The error for a Horovod without ``framework_module`` (``horovod.torch``...), naming the install."""
-    from orca.core.horovod_install import install_hint
+def framework_module(module: str, framework: str) -> Any:
+    """Horovod's module for a framework (``horovod.torch``, ``horovod.tensorflow``), imported by name
+    for that framework's runner; an ImportError naming the command that builds it when it is missing."""
+    try:
+        return importlib.import_module(module)
+    except ImportError as exc:
+        from orca.core.horovod_install import install_hint
 
-    return ImportError(f"backend='horovod' needs Horovod built for {framework} ({framework_module} is missing in "
-                       f"this environment). Install it with: {install_hint(framework)}.")
+        raise ImportError(f"backend='horovod' needs Horovod built for {framework} ({module} is missing in this "
+                          f"environment). Install it with: {install_hint(framework)}.") from exc

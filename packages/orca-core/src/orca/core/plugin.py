@@ -27,9 +27,9 @@ from orca.core.engine.history import History
 from orca.core.engine.metrics import AUC, MAE, MSE, Accuracy, BinaryAccuracy, Metric, Top5Accuracy
 from orca.core.engine.runner import Collective, Rendezvous, Runner, pack, solo_runner, unpack
 from orca.core.engine.sources import ArraySource, CreatorSource, DataFrameSource, DataSource, ShardsSource
+from orca.core.horovod import framework_module as horovod_module
 from orca.core.horovod import join as join_horovod
 from orca.core.horovod import leave as leave_horovod
-from orca.core.horovod import missing as horovod_missing
 from orca.core.horovod_install import install_hint as horovod_install_hint
 
 __all__ = [
@@ -37,6 +37,6 @@ __all__ = [
     "Callback", "Collective", "CreatorSource", "DataFrameSource", "DataSource", "EarlyStopping", "History", "Metric",
     "ModelCheckpoint", "NotFittedError", "OrcaContext", "OrcaWorkerError", "Part", "Rendezvous", "Runner", "ShardsSource",
     "Top5Accuracy", "check_class_indices", "check_part", "check_positive_int", "check_writable", "declare",
-    "get_data_source", "horovod_install_hint", "horovod_missing", "is_spark_df", "join_horovod", "leave_horovod", "is_xshards", "pack", "reading_model_file", "register_array_type",
+    "get_data_source", "horovod_install_hint", "horovod_module", "is_spark_df", "join_horovod", "leave_horovod", "is_xshards", "pack", "reading_model_file", "register_array_type",
     "register_spark_jars", "require_model_file", "shard_to_part", "solo_runner", "unpack", "writing_file",
 ]

@@ -24,7 +24,7 @@ from orca.core.plugin import (
     Rendezvous,
     Runner,
     check_class_indices,
-    horovod_missing,
+    horovod_module,
     join_horovod,
     leave_horovod,
     pack,
@@ -441,12 +441,8 @@ class BigDLKerasRunner(KerasRunner):
 
 
 def _hvd() -> Any:
-    """``horovod.tensorflow``, or an ImportError that names the command installing it."""
-    try:
-        import horovod.tensorflow as hvd
-    except ImportError as exc:
-        raise horovod_missing("horovod.tensorflow", "tensorflow") from exc
-    return hvd
+    """``horovod.tensorflow`` (an ImportError naming the command that builds it when missing)."""
+    return horovod_module("horovod.tensorflow", "tensorflow")
 
 
 class HorovodKerasRunner(KerasRunner):

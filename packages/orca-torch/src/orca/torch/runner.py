@@ -23,7 +23,7 @@ from orca.core.plugin import (
     Rendezvous,
     Runner,
     check_class_indices,
-    horovod_missing,
+    horovod_module,
     join_horovod,
     leave_horovod,
 )
@@ -323,12 +323,8 @@ class BigDLTorchRunner(TorchRunner):
 
 
 def _hvd() -> Any:
-    """``horovod.torch``, or an ImportError that names the command installing it."""
-    try:
-        import horovod.torch as hvd
-    except ImportError as exc:
-        raise horovod_missing("horovod.torch", "torch") from exc
-    return hvd
+    """``horovod.torch`` (an ImportError naming the command that builds it when missing)."""
+    return horovod_module("horovod.torch", "torch")
 
 
 class HorovodTorchRunner(TorchRunner):
