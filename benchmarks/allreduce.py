@@ -40,21 +40,15 @@ def horovod_missing() -> str | None:
 
 
 def _start_horovod(rank: int, world: int, ports: tuple[int, ...], group: Any) -> tuple[Any, Any]:
-    """``hvd.init()`` in this plain process: rank 0 serves Horovod's rendezvous store on ``ports[0]``,
-    the sync group's barrier holds the others until it does. Returns ``(hvd, store or None)``."""
+    """``hvd.init()`` in this plain process, as the ``horovod`` backend joins (``orca.core.horovod.join``:
+    rank 0 serves Horovod's rendezvous store on ``ports[0]``). Returns ``(hvd, store or None)``."""
     import horovod.torch as hvd
 
     from orca.core.engine.runner import make_rendezvous
-    from orca.core.horovod import RendezvousStore, environment
+    from orca.core.horovod import join
 
     rdv = make_rendezvous(rank, ["127.0.0.1"] * world, ports, sync_port=0)
-    store = RendezvousStore(rdv) if rank == 0 else None
-    group.barrier()
-    os.environ.update(environment(rdv, timeout_s=120))
-    hvd.init()
-    if (hvd.rank(), hvd.size()) != (rank, world):
-        raise RuntimeError(f"Horovod placed rank {rank} of {world} at {hvd.rank()} of {hvd.size()}")
-    return hvd, store
+    return hvd, join(hvd, rdv, group, timeout_s=120)
 
 
 def _worker(rank: int, world: int, ports: tuple[int, int], hvd_ports: tuple[int, ...] | None, sizes_mb: list[int],
@@ -64,6 +58,7 @@ def _worker(rank: int, world: int, ports: tuple[int, int], hvd_ports: tuple[int,
     import torch
     import torch.distributed as dist
 
+    from orca.core.horovod import leave
     from orca.core.sync import SyncGroup
 
     torch.set_num_threads(1)
@@ -96,8 +91,7 @@ def _worker(rank: int, world: int, ports: tuple[int, int], hvd_ports: tuple[int,
     if hvd is not None:
         hvd.shutdown()
         group.barrier()  # every rank left Horovod before rank 0 stops its store
-        if store is not None:
-            store.close()
+        leave(hvd, store)
     group.close()
     dist.destroy_process_group()
 
