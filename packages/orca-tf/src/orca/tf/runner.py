@@ -89,6 +89,9 @@ class KerasRunner(Runner):
     #: strategy configures TF's own collectives (and may need a child process)
     sync = "strategy"
     child_preload = ("tensorflow",)
+    #: TensorFlow's runtime starts with the model, after the share has loaded: ~2 GB of address
+    #: space (its thread pools and allocator), measured under Spark's memory limit
+    address_space_mb = 2048
     fit_options: dict[str, Any] = {}  # noqa: RUF012 - replaced, never mutated
 
     @classmethod

@@ -12,6 +12,7 @@ import numpy as np
 import pandas as pd
 
 from orca.core.engine.adapters import spark_select
+from orca.core.engine.addrspace import economize
 from orca.core.engine.convert import shard_to_part, table_to_part
 from orca.core.engine.feed import Feed
 from orca.core.engine.loop import run_predict
@@ -135,6 +136,7 @@ def predict_dataframe(runner_cls: Any, spec: dict[str, Any], state: Any, df: Any
     keep = list(df.columns)
 
     def task(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        economize()
         for rb in batches:
             if rb.num_rows == 0:
                 continue
@@ -157,6 +159,7 @@ def _predict_with_arrow_udf(df: Any, feature_cols: list[str], name: str, typ: An
         [f"f{i}" for i in range(len(feature_cols))]
 
     def task(arrays: Iterator[Any]) -> Iterator[Any]:
+        economize()
         for arr in arrays:
             yield predict_batch(pa.RecordBatch.from_struct_array(arr), fields)[0]
 
@@ -227,6 +230,7 @@ def predict_spark_shards(runner_cls: Any, spec: dict[str, Any], state: Any, shar
     bc = broadcast_runner(rdd.context, runner_cls, spec, state, threads)
 
     def task(items: Iterator[Any]) -> Iterator[Any]:
+        economize()
         runner = cached_runner(bc)
         for shard in items:
             part = shard_to_part(shard, feature_cols, None, finite=False)

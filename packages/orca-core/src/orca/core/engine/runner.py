@@ -122,6 +122,10 @@ class Runner(abc.ABC):
     trains: bool = True
     #: modules a child process hosting this runner imports ahead of time (see :meth:`needs_child`)
     child_preload: tuple[str, ...] = ()
+    #: address space (MB) the framework maps in this process after the share has loaded (its
+    #: import and runtime, where they come later), kept free under an address-space limit (see
+    #: :mod:`orca.core.engine.addrspace`)
+    address_space_mb: int = 0
     group: Any = None
 
     def __init__(self, spec: dict[str, Any]) -> None:

@@ -29,6 +29,7 @@ from typing import Any, Generic, TypeVar
 
 import numpy as np
 
+from orca.core.engine.addrspace import share_memory_bytes
 from orca.core.engine.feed import (
     MIN_WINDOW_BYTES,
     Batch,
@@ -119,7 +120,8 @@ class FeedBuilder(Generic[T]):
 
     Args:
         memory_bytes: the most bytes of items kept in memory (``None``: no limit, always a
-            :class:`Feed`).
+            :class:`Feed`), lowered under an address-space limit to what fits in it (see
+            :func:`orca.core.engine.addrspace.share_memory_bytes`).
         to_feed: the in-memory feed of the items kept (default: :meth:`Feed.concat` of parts).
         to_part: one item as a part (default: the item is a part).
         directory: where a spilled share goes (default :func:`spill_dir`).
@@ -127,7 +129,7 @@ class FeedBuilder(Generic[T]):
 
     def __init__(self, memory_bytes: int | None, to_feed: Callable[[list[T]], Feed] | None = None,
                  to_part: Callable[[T], Part] | None = None, directory: str | None = None) -> None:
-        self.memory_bytes = memory_bytes
+        self.memory_bytes = share_memory_bytes(memory_bytes)
         self.to_feed: Callable[[list[T]], Feed] = to_feed or Feed.concat  # type: ignore[assignment]
         self.to_part: Callable[[T], Part] = to_part or (lambda item: item)  # type: ignore[assignment, return-value]
         self.directory = directory
