@@ -501,6 +501,8 @@ def bench(session: nox.Session) -> None:
     _runtime_env(session)
     session.run("python", "benchmarks/run.py", *session.posargs)
     if not any(a.startswith("--parts") for a in session.posargs):
+        # issue #18: shares of 3x Spark's memory limit on its Python workers (torch; Keras in bench_tf)
+        session.run("python", "benchmarks/run_part.py", "memory_limit", "memory_limit", *session.posargs)
         # issue #4's allreduce benchmark (orca.core.sync vs gloo) writes results/sync.json itself
         quick = ["--quick"] if "--quick" in session.posargs else []
         session.run("timeout", "1200", "python", "benchmarks/allreduce.py", *quick, external=True)  # -> sync.json
@@ -526,6 +528,7 @@ def bench_tf(session: nox.Session) -> None:
     _runtime_env(session)
     # tf_peers.py runs tf_fit.py's measurements too (once: its Orca 2x1 rate is also the peer row's)
     session.run("python", "benchmarks/run_part.py", "tf", "tf_peers", *session.posargs)
+    session.run("python", "benchmarks/run_part.py", "memory_limit_tf", "memory_limit", *session.posargs)
 
 
 @nox.session(python=PYTHON)

@@ -23,6 +23,7 @@ import cloudpickle
 import numpy as np
 
 from orca.core._net import find_free_ports
+from orca.core.engine.addrspace import economize
 from orca.core.engine.convert import Part
 from orca.core.engine.errors import OrcaWorkerError, WorkerLostError
 from orca.core.engine.feed import Feed, Rows
@@ -58,6 +59,7 @@ def _barrier_worker(job: dict[str, Any], load: Callable[[], Feeds]) -> bytes:
     return stats (+ state on rank 0), sending heartbeats to the driver all along."""
     from pyspark import BarrierTaskContext
 
+    economize(job["runner_cls"].address_space_mb)  # before the share's first Arrow batch is read
     ctx = BarrierTaskContext.get()
     rank = ctx.partitionId()
     with beating(job["args"].beat_to, rank):
@@ -388,8 +390,10 @@ class SparkWorkerGroup(WorkerGroup):
         bc = broadcast_runner(sc, self.runner_cls, self.spec, state.value, self.threads)
         alone = source is None  # (the task must not capture the source: it holds the SparkContext)
         beat_to = self._beat_to()
+        reserve_mb = self.runner_cls.address_space_mb
 
         def run(load: Callable[[], Rows]) -> bytes:
+            economize(reserve_mb)
             with beating(beat_to, 0):  # any task's progress is the job's (tasks run in waves)
                 feed = None if alone else load()  # a column the model cannot take fails the task here
                 try:
