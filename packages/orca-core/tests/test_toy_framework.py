@@ -18,7 +18,6 @@ from orca.core.plugin import (
     Backend,
     BaseEstimator,
     Batch,
-    Callback,
     NotFittedError,
     Rendezvous,
     Runner,
@@ -35,6 +34,7 @@ from orca.core.testing.conformance import (
     frame_with_layout,
     regression_arrays,
 )
+from orca.core.testing.spill import SpillProbe
 
 # ---------------------------------------------------------------- the framework (what a plug-in writes)
 
@@ -380,26 +380,6 @@ def test_a_dropped_estimator_gives_its_ray_cpus_back_and_a_held_one_is_named(ray
     assert other._group not in live_worker_groups()
 
 
-class _SpillProbe(Callback):
-    """Writes, per rank, the spill folders (``orca-feed-*``) in the worker's spill directory and
-    the bytes each holds, while the fit runs."""
-
-    def __init__(self, out: str) -> None:
-        self.out = out
-
-    def on_train_begin(self, logs: dict[str, Any] | None = None) -> None:
-        import glob
-        import json
-        import os
-
-        from orca.core.engine.spill import spill_dir
-
-        found = {d: sum(os.path.getsize(os.path.join(d, f)) for f in os.listdir(d))
-                 for d in glob.glob(os.path.join(spill_dir(), "orca-feed-*"))}
-        with open(os.path.join(self.out, f"rank{self.rank}.json"), "w") as fh:
-            json.dump(found, fh)
-
-
 @pytest.mark.timeout(300)
 @pytest.mark.parametrize("backend", ["spark", "ray"])
 def test_a_share_over_worker_data_memory_mb_trains_from_disk_with_the_in_memory_weights(spark: Any, tmp_path: Any,
@@ -432,7 +412,7 @@ def test_a_share_over_worker_data_memory_mb_trains_from_disk_with_the_in_memory_
             est = NumpyEstimator.from_numpy(lr=0.05, backend=backend)
         est.set_state({"w": np.zeros(NUM_FEATURES), "b": np.zeros(1)})
         hist = est.fit(df, epochs=2, batch_size=64, shuffle=shuffle, validation_data=df,
-                       callbacks=[_SpillProbe(probe)] if probe else None, **kw)
+                       callbacks=[SpillProbe(probe)] if probe else None, **kw)
         return est.get_model(), hist[-1]["val_loss"], est.evaluate(df, batch_size=50, **kw)["val_loss"]
 
     try:

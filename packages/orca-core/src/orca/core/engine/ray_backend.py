@@ -47,7 +47,7 @@ from orca.core.engine.liveness import Liveness, beat, beating
 from orca.core.engine.locality import Placement, local_first_slices, plan_actor_nodes
 from orca.core.engine.loop import FitArgs
 from orca.core.engine.runner import Rendezvous, Runner, make_rendezvous
-from orca.core.engine.sources import DataSource, release_held
+from orca.core.engine.sources import DataSource, WorkerRead, release_held
 from orca.core.engine.spill import FeedBuilder, close_feeds, feed_memory_bytes, part_bytes
 
 log = logging.getLogger("orca")
@@ -69,6 +69,8 @@ def _load_slices(slices: Sequence[Slice], memory_bytes: int | None = None) -> Ro
     ray = _ray()
     if not slices:
         return Feed([], [])
+    if isinstance(slices[0][0], WorkerRead):  # rows this actor reads itself (Parquet row groups)
+        return slices[0][0].load(memory_bytes)
     builder: FeedBuilder[Any] = FeedBuilder(memory_bytes)
     for i in range(0, len(slices), _FETCH_BLOCKS):
         group = slices[i:i + _FETCH_BLOCKS]
@@ -517,6 +519,10 @@ class RayWorkerGroup(WorkerGroup):
         """Place ``source`` in the object store and cut it into one row range per worker."""
         if source is None or source.is_creator:
             return [[] for _ in range(self.num_workers)], [0] * self.num_workers, []
+        reads = source.worker_reads(self.num_workers, need_labels)
+        if reads is not None:  # each actor reads its own rows, in the data's order by rank
+            self.last_placement = None
+            return [[(r, 0, r.num_rows)] for r in reads], [r.num_rows for r in reads], []
         refs = source.ray_refs(need_labels)
         nodes = self.actor_nodes or [None] * self.num_workers
         slices, self.last_placement = local_first_slices(_located(refs), nodes)

@@ -6,6 +6,12 @@ launcher's terms: :meth:`DataSource.ray_refs` (parts in Ray's object store, for 
 :meth:`DataSource.spark_frame` / :meth:`DataSource.spark_parts` (for Spark tasks), and the
 Estimator asks it to predict where its rows live (:attr:`DataSource.on_executors`) and to
 wrap predictions in the container it came in (:meth:`DataSource.with_predictions`).
+
+A source whose workers can read their rows themselves (the Parquet row groups of
+``read_parquet``'s XShards) gives each worker a :class:`WorkerRead` instead
+(:meth:`DataSource.worker_reads`): only that small description travels, and the worker streams
+its rows into the same :func:`~orca.core.engine.spill.arrow_feed_builder` a DataFrame's Arrow
+batches go to.
 """
 
 from __future__ import annotations
@@ -67,8 +73,14 @@ class DataSource:
         raise TypeError(f"the spark launcher cannot read {self.what} here; pass a DataFrame or an XShards.")
 
     def spark_worker_parts(self, spark: Any, world: int, need_labels: bool) -> Any:
-        """An RDD of ``(worker, part)``: the parts each of ``world`` training workers reads."""
+        """An RDD of ``(worker, part)``: the parts each of ``world`` training workers reads (a
+        part may be a :class:`WorkerRead`)."""
         return self.spark_parts(spark, need_labels).zipWithIndex().map(lambda t: (t[1] % world, t[0]))
+
+    def worker_reads(self, world: int, need_labels: bool) -> list[WorkerRead] | None:
+        """What each of ``world`` workers reads itself, by rank (``None``: the rows travel to the
+        workers as parts)."""
+        return None
 
     # ------------------------------------------------------------ predict
     def predict_on_executors(self, runner_cls: Any, spec: dict[str, Any], state: Any, batch_size: int,
@@ -206,6 +218,158 @@ class LocalShardsSource(ShardsSource):
     def spark_parts(self, spark: Any, need_labels: bool) -> Any:
         local = [self._part(s, need_labels) for s in self.obj.collect()]
         return spark.sparkContext.parallelize(local, max(1, len(local)))
+
+
+class WorkerRead:
+    """Rows a worker reads itself, where it runs: row groups of Parquet files, as Arrow batches.
+
+    Small and picklable: this is what travels to the worker instead of its rows.
+
+    Args:
+        pieces: the row groups (:class:`orca.core.data._parquet.Piece`), in order.
+        feature_cols: input column names.
+        label_cols: target column names (empty for prediction).
+    """
+
+    def __init__(self, pieces: Sequence[Any], feature_cols: Sequence[str], label_cols: Sequence[str]) -> None:
+        self.pieces = list(pieces)
+        self.feature_cols, self.label_cols = list(feature_cols), list(label_cols)
+
+    @property
+    def num_rows(self) -> int:
+        """Rows to read (from the files' footers)."""
+        return sum(p.rows for p in self.pieces)
+
+    def batches(self) -> Iterator[Any]:
+        """The rows as Arrow record batches, in order, with the named columns only."""
+        from orca.core.data._parquet import read_batches
+
+        return read_batches(self.pieces, list(dict.fromkeys(self.feature_cols + self.label_cols)))
+
+    def fill(self, memory_bytes: int | None) -> Any:
+        """Read the rows into a new :func:`~orca.core.engine.spill.arrow_feed_builder` (in memory up
+        to ``memory_bytes``, then on local disk, one batch at a time) and return it, unfinished."""
+        from orca.core.engine.liveness import beat
+        from orca.core.engine.spill import arrow_feed_builder
+
+        builder = arrow_feed_builder(self.feature_cols, self.label_cols, memory_bytes)
+        for batch in self.batches():
+            beat("loading its data")
+            if batch.num_rows:
+                builder.add(batch, batch.nbytes)
+        return builder
+
+    def load(self, memory_bytes: int | None) -> Any:
+        """The rows as a worker's share (:class:`~orca.core.engine.feed.Feed` or, past
+        ``memory_bytes``, :class:`~orca.core.engine.spill.DiskFeed`)."""
+        return self.fill(memory_bytes).finish()
+
+    def __repr__(self) -> str:
+        return f"WorkerRead({len(self.pieces)} row groups, {self.num_rows} rows)"
+
+
+class ParquetShardsSource(ShardsSource):
+    """The XShards of ``read_parquet``, untransformed: each worker reads its own row groups.
+
+    The row groups are split between the workers by rows, contiguously, at row-group
+    boundaries (:meth:`~orca.core.data._parquet.ParquetOrigin.split`), the same on every
+    launcher. Prediction on the Spark executors (Spark XShards) reads the frames, as before:
+    its result holds them.
+    """
+
+    def __init__(self, obj: Any, feature_cols: Sequence[str], label_cols: Sequence[str]) -> None:
+        from orca.core.data._parquet import ParquetRayXShards, parquet_origin
+
+        origin = parquet_origin(obj)
+        assert origin is not None
+        super().__init__(obj, feature_cols, label_cols, num_rows=origin.num_rows)
+        self.origin = origin
+        self.on_executors = hasattr(obj, "rdd")  # Spark XShards: predicted where the frames are, as before
+        self.result_backend = "ray" if isinstance(obj, ParquetRayXShards) else "local"
+
+    def worker_reads(self, world: int, need_labels: bool) -> list[WorkerRead]:
+        fcols, lcols = self.columns(need_labels)
+        return [WorkerRead(pieces, fcols, lcols) for pieces in self.origin.split(world)]
+
+    def spark_worker_parts(self, spark: Any, world: int, need_labels: bool) -> Any:
+        reads = self.worker_reads(world, need_labels)
+        return spark.sparkContext.parallelize(list(enumerate(reads)), world)
+
+    def spark_parts(self, spark: Any, need_labels: bool) -> Any:
+        # evaluation and prediction need no barrier: one task per slot, each reading its row groups
+        slots = max(1, min(spark.sparkContext.defaultParallelism, len(self.origin.pieces)))
+        reads = [r for r in self.worker_reads(slots, need_labels) if r.pieces]
+        return spark.sparkContext.parallelize(reads, max(1, len(reads)))
+
+    def ray_refs(self, need_labels: bool) -> list[tuple[Any, int]]:
+        raise TypeError("the workers read Parquet row groups themselves (worker_reads); no parts go to Ray.")
+
+    def example_features(self, rows: int = 2) -> list[np.ndarray] | None:
+        fcols, _ = self.columns(False)
+        if not self.origin.pieces:
+            return None
+        from orca.core.data._parquet import read_batches
+
+        batch = next(read_batches(self.origin.pieces[:1], fcols, batch_rows=rows))
+        return table_to_part(batch, fcols, [])["x"]
+
+    def predict_on_executors(self, runner_cls: Any, spec: dict[str, Any], state: Any, batch_size: int,
+                             output_cols: Sequence[str] | None, threads: int) -> Any:
+        from orca.core.engine.predict import predict_spark_shards
+
+        return predict_spark_shards(runner_cls, spec, state, self.obj, self.feature_cols, batch_size, output_cols,
+                                    threads)
+
+
+#: Arrow types a worker turns into model inputs: numbers and booleans, maybe in (nested) lists
+def _streamable(arrow_type: Any, allow_strings: bool) -> bool:
+    import pyarrow as pa
+
+    t = arrow_type
+    while pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_fixed_size_list(t):
+        t = t.value_type
+    if pa.types.is_string(t) or pa.types.is_large_string(t):
+        return allow_strings and t is arrow_type
+    return bool(pa.types.is_integer(t) or pa.types.is_floating(t) or pa.types.is_boolean(t))
+
+
+def parquet_source(data: Any, feature_cols: list[str] | None, label_cols: list[str] | None, need_labels: bool,
+                   arg: str, allow_strings: bool = False) -> ParquetShardsSource | None:
+    """A :class:`ParquetShardsSource` for ``read_parquet``'s untransformed XShards, checked on the
+    driver against the files' schemas; ``None`` for any other data, or for columns of a type the
+    workers cannot stream (the frames are read as before, and checked as any pandas XShards).
+
+    Raises:
+        ValueError: no ``feature_cols`` (or ``label_cols`` where needed), a column a file lacks
+            (named, with the file's columns), or files without rows.
+    """
+    from orca.core.data._parquet import parquet_origin
+
+    origin = parquet_origin(data)
+    if origin is None:
+        return None
+    if not feature_cols:
+        raise ValueError(f"{arg} is an XShards of pandas DataFrames (read_parquet): give feature_cols=[...] "
+                         "naming the input column(s).")
+    if need_labels and not label_cols:
+        raise ValueError(f"{arg}: no labels; give label_cols=[...] naming the target column(s) of the Parquet "
+                         "files.")
+    labels = label_cols or []
+    missing = origin.missing(feature_cols + labels)
+    if missing is not None:
+        path, lacking, have = missing
+        roles = ["feature" if c in feature_cols else "label" for c in lacking]
+        named = ", ".join(f"{r} column {c!r}" for r, c in zip(roles, lacking, strict=True))
+        read_with = f" (read with columns={list(origin.columns)})" if origin.columns is not None else ""
+        raise ValueError(f"{arg}: {named} not found; the Parquet file {path!r} has columns {have}{read_with}. "
+                         "Fix feature_cols/label_cols" + (" or read_parquet's columns=" if read_with else "") + ".")
+    if origin.num_rows == 0:
+        raise ValueError(f"{arg} is empty (0 rows in its {len(origin.schemas)} Parquet file(s)); pass files with "
+                         "at least one row.")
+    types = origin.column_types()
+    if not all(_streamable(types[c], allow_strings and c in feature_cols) for c in feature_cols + labels):
+        return None
+    return ParquetShardsSource(data, feature_cols, labels)
 
 
 class ArraySource(DataSource):

@@ -42,7 +42,7 @@ from orca.core.engine.group import (
 from orca.core.engine.liveness import beat, beating
 from orca.core.engine.loop import FitArgs
 from orca.core.engine.runner import Runner, make_rendezvous, solo_runner
-from orca.core.engine.sources import DataSource
+from orca.core.engine.sources import DataSource, WorkerRead
 from orca.core.engine.spill import FeedBuilder, arrow_feed_builder, close_feeds, feed_memory_bytes, part_bytes
 
 log = logging.getLogger(__name__)
@@ -351,9 +351,12 @@ class SparkWorkerGroup(WorkerGroup):
             job = cloudpickle.loads(bc.value)
 
             def load() -> Feeds:
-                builders: list[FeedBuilder[Part]] = [FeedBuilder(job["feed_memory_bytes"]) for _ in range(2)]
+                builders: list[FeedBuilder[Any]] = [FeedBuilder(job["feed_memory_bytes"]) for _ in range(2)]
                 for tag, part in items:
                     beat("loading its data")
+                    if isinstance(part, WorkerRead):  # rows this task reads itself (Parquet row groups)
+                        builders[tag] = part.fill(job["feed_memory_bytes"])
+                        continue
                     builders[tag].add(part, part_bytes(part))
                 return builders[0].finish(), builders[1].finish()
 
@@ -445,8 +448,11 @@ class SparkWorkerGroup(WorkerGroup):
 
         def parts_task(items: Iterator[Part]) -> list[bytes]:
             def load() -> Rows:
-                builder: FeedBuilder[Part] = FeedBuilder(memory_bytes)
+                builder: FeedBuilder[Any] = FeedBuilder(memory_bytes)
                 for part in items:
+                    if isinstance(part, WorkerRead):  # rows this task reads itself (Parquet row groups)
+                        builder = part.fill(memory_bytes)
+                        continue
                     builder.add(part, part_bytes(part))
                 return builder.finish()
 
