@@ -45,7 +45,9 @@ def _job(folder: str, limit_mb: int, share_mb: int, backends: str, timeout_s: fl
                                str(limit_mb), "--share-mb", str(share_mb), "--backends", backends],
                               capture_output=True, text=True, timeout=timeout_s, env=env(), cwd=tests)
         if proc.returncode != 0 or not out.exists():
-            return {"error": (proc.stdout[-1000:] + proc.stderr[-2000:]).strip().splitlines()[-1:]}
+            errors = [line for line in proc.stderr.splitlines() if "Error" in line and not line.startswith("\t")]
+            return {"error": (errors or proc.stderr.strip().splitlines() or ["no output"])[-1][-500:],
+                    "log_tail": proc.stderr[-4000:]}
         res = json.loads(out.read_text())
     sys.path.insert(0, str(tests))
     try:

@@ -28,7 +28,7 @@ def fit_one(backend: str, df: Any, callback: Any) -> dict[str, Any]:
     """Fit with no shuffle, one epoch; the kernel and bias."""
     from orca.tf import Estimator
 
-    est = Estimator.from_keras(model_creator=model_creator, backend=backend, workers_per_node=2)
+    est = Estimator.from_keras(model_creator=model_creator, backend=backend, workers_per_node=ml.workers())
     try:
         est.fit(df, epochs=1, batch_size=ml.BATCH, feature_cols=["features"], label_cols=["label"],
                 shuffle=False, callbacks=[callback])

@@ -28,7 +28,7 @@ def fit_one(backend: str, df: Any, callback: Any) -> dict[str, Any]:
 
     model = _model()
     est = Estimator.from_torch(model=model, optimizer=torch.optim.SGD(model.parameters(), lr=ml.LR),
-                               loss=nn.MSELoss(), backend=backend, workers_per_node=2)
+                               loss=nn.MSELoss(), backend=backend, workers_per_node=ml.workers())
     try:
         est.fit(df, epochs=1, batch_size=ml.BATCH, feature_cols=["features"], label_cols=["label"],
                 shuffle=False, callbacks=[callback])

@@ -6,8 +6,9 @@ the model one process trains on the same global batches (issue #18).
 The fit runs in its own Spark application (the limit is set when the application starts), from
 memory_limit_job.py; each worker's share is generated on the executors, so the driver never holds
 it. A torch worker needs about 1.1 GB of address space before any data (libtorch, thread stacks,
-allocator arenas), so the limit here is 1.3 GB and the share 1.4 GB; benchmarks/memory_limit.py
-runs shares of three times the limit.
+allocator arenas), so the limit here is 1.3 GB and the share 1.4 GB, one worker per backend (the
+lock-step split between workers of a streamed share has its own tests); benchmarks/memory_limit.py
+runs 2 workers with shares of three times the limit.
 """
 
 import json
@@ -27,7 +28,7 @@ SHARE_MB = 1400
 def test_a_share_over_sparks_python_memory_limit_streams_and_trains_the_one_process_model(tmp_path):
     out = tmp_path / "fit.json"
     proc = subprocess.run([sys.executable, str(Path(job.__file__)), str(out), "--limit-mb", str(LIMIT_MB),
-                           "--share-mb", str(SHARE_MB), "--workers", "2", "--backends", "spark,bigdl"],
+                           "--share-mb", str(SHARE_MB), "--workers", "1", "--backends", "spark,bigdl"],
                           capture_output=True, text=True, timeout=360)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-4000:]
     res = json.loads(out.read_text())
@@ -39,8 +40,7 @@ def test_a_share_over_sparks_python_memory_limit_streams_and_trains_the_one_proc
         for rank in fit["ranks"]:
             assert rank["limit_mb"] == LIMIT_MB  # Spark applied the limit to the worker that trained
             assert rank["vm_peak_mb"] <= LIMIT_MB
-        # both shares went to disk: the workers' local directory held them while they trained
-        # (both ranks' folders are in the one local directory of this local application)
-        assert fit["ranks"][0]["on_disk_mb"] >= 2 * share_mb * 0.99
+        # the share went to disk: the worker's local directory held it while it trained
+        assert fit["ranks"][0]["on_disk_mb"] >= share_mb * 0.99
         np.testing.assert_allclose(fit["weight"], weight, rtol=0, atol=1e-6)
         assert fit["bias"] == pytest.approx(bias, abs=1e-6)

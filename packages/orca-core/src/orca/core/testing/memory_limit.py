@@ -32,6 +32,11 @@ LR = 0.01
 GEN_ROWS = 8192  # rows per generated Arrow batch (and per seed)
 
 
+def workers() -> int:
+    """The workers of the running :func:`run` (one per partition of its data)."""
+    return int(os.environ["ORCA_MEMORY_LIMIT_WORKERS"])
+
+
 def rows(part: int, start: int, stop: int) -> tuple[np.ndarray, np.ndarray]:
     """Rows ``start:stop`` of partition ``part``: features ``(n, WIDTH)`` and labels ``(n,)``,
     float32, the same on every call (a noisy linear target, so SGD's path depends on the batches)."""
@@ -110,6 +115,7 @@ def run(fit_one: Callable[[str, Any, Any], dict[str, Any]], argv: list[str] | No
     p.add_argument("--workers", type=int, default=2)
     p.add_argument("--backends", default="spark,bigdl")
     a = p.parse_args(argv)
+    os.environ["ORCA_MEMORY_LIMIT_WORKERS"] = str(a.workers)
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     from orca.core import OrcaContext, init_orca_context, stop_orca_context
