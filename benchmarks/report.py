@@ -1,6 +1,7 @@
 """Merge every part's JSON (``benchmarks/results/*.json``) into one Markdown table
-(``benchmarks/results/report.md``) and plot the ratios to ``docs/benchmarks/ratios.png`` (and the
-start-up phases of ``results/startup.json`` to ``docs/benchmarks/startup.png``).
+(``benchmarks/results/report.md``) and plot the ratios to ``docs/benchmarks/ratios.png`` (the
+start-up phases of ``results/startup.json`` to ``docs/benchmarks/startup.png``, and the worker memory
+and throughput against data size of ``results/memory.json`` to ``docs/benchmarks/memory.png``).
 
     python benchmarks/report.py            (nox -s bench_report; needs matplotlib for the PNG)
 
@@ -24,6 +25,7 @@ from harness import RESULTS, fmt, verdict
 
 ORDER = ["training", "startup", "tf", "data", "memory", "inference", "openvino"]
 PNG = HERE.parent / "docs" / "benchmarks" / "ratios.png"
+MEMORY_PNG = HERE.parent / "docs" / "benchmarks" / "memory.png"
 
 
 def _value(r: dict) -> str:
@@ -142,6 +144,66 @@ def plot(rows: list[dict], path: Path) -> Path | None:
     return path
 
 
+def plot_memory(doc_path: Path = RESULTS / "memory.json", png: Path = MEMORY_PNG) -> Path | None:
+    """Two panels from ``memory.py``'s runs: the busiest worker's peak anonymous RSS, and rows/s of
+    the second epoch, against the data size (log x); a line per system and mode. The data path's
+    rows/s (Orca's load against the bare ``mapInArrow`` read) are dashed in the second panel."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError as exc:
+        print(f"no memory PNG: {exc}")
+        return None
+    import memory
+
+    doc = json.loads(doc_path.read_text())
+    res = doc.get("raw", doc)  # run.py's part record, or memory.py's own --out
+    runs, disk_mb = res.get("runs", []), res.get("disk_mb", memory.DISK_MB)
+    mb_per_row = (res.get("width", memory.WIDTH) * 4 + 8) / 1e6
+    fig, (ax, ax2) = plt.subplots(1, 2, figsize=(15, 5.5))
+    lines: dict[tuple[str, str], list[dict]] = {}
+    for r in runs:
+        if r.get("system") != "datapath":
+            lines.setdefault((r["system"], r["mode"]), []).append(r)
+    colors = {s: f"C{i}" for i, s in enumerate(dict.fromkeys(s for s, _ in lines))}
+    for (system, mode), rs in lines.items():
+        rs, name = sorted(rs, key=lambda r: r["scale"]), memory.label(system, mode, disk_mb)
+        style = {"linestyle": ":" if mode == "memory" else "-", "marker": "o", "color": colors[system]}
+        anon = [(r["rows"] * mb_per_row, r["anon_peak_mb"]) for r in rs if r.get("anon_peak_mb") is not None]
+        rate = [(r["rows"] * mb_per_row, r["rows_per_s"]) for r in rs if r.get("rows_per_s") is not None]
+        ax.plot([p[0] for p in anon], [p[1] for p in anon], label=name, **style)
+        ax2.plot([p[0] for p in rate], [p[1] for p in rate], label=name, **style)
+    data = sorted((r for r in runs if r.get("system") == "datapath" and r.get("rows_per_s")), key=lambda r: r["scale"])
+    for key, name in (("bare", "data path: bare mapInArrow read"), ("orca-memory", "data path: Orca load, in memory"),
+                      ("orca-disk", f"data path: Orca load, to disk ({disk_mb:g} MB)")):
+        ax2.plot([r["rows"] * mb_per_row for r in data], [r["rows_per_s"][key] for r in data], linestyle="--",
+                 marker="x", label=name, color=f"C{len(colors) + len(ax2.lines) - len(lines)}")
+    sizes = sorted({r["rows"] * mb_per_row for r in runs if r.get("rows")})
+    for a, ylabel, title in ((ax, "MB", "Busiest worker's peak anonymous RSS (RssAnon, sampled every 50 ms)"),
+                             (ax2, "rows/s", "Throughput: epoch 2 of the fit; the data path, load only")):
+        a.set_xscale("log", base=2)
+        a.set_xticks(sizes, [f"{s:,.0f} MB" for s in sizes])
+        a.minorticks_off()
+        a.set_xlabel(f"data size (rows of {res.get('width', memory.WIDTH) * 4} B; x1 = {res.get('base_rows', 0):,} rows)")
+        a.set_ylabel(ylabel)
+        a.set_title(title, fontsize=10)
+        a.grid(alpha=0.3)
+    ax.set_ylim(bottom=0)
+    ax2.set_yscale("log")
+    ax.legend(fontsize=7)
+    ax2.legend(fontsize=6)
+    when = f" ({doc['created']}, {'quick' if doc.get('settings', {}).get('quick') else 'full'} run)" \
+        if "created" in doc else ""
+    fig.suptitle(f"Worker memory and throughput against data size{when}; dotted: share in memory", fontsize=11)
+    fig.tight_layout()
+    png.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(png, dpi=110)
+    plt.close(fig)
+    return png
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__)
     p.add_argument("--png", default=str(PNG))
@@ -167,6 +229,9 @@ def main(argv: list[str] | None = None) -> int:
     if (RESULTS / "startup.json").exists():
         png = startup.plot(RESULTS / "startup.json", startup.PNG)
         print(f"wrote {png}" if png else "no start-up PNG")
+    if (RESULTS / "memory.json").exists():
+        png = plot_memory(RESULTS / "memory.json", MEMORY_PNG)
+        print(f"wrote {png}" if png else "no memory PNG")
     return 0
 
 

@@ -77,11 +77,9 @@ def run_inference(quick: bool) -> tuple[list[dict], dict, dict]:
 
 
 def run_memory(quick: bool) -> tuple[list[dict], dict, dict]:
-    s = {"base_rows": 8192 if quick else 32768, "scales": [1, 4] if quick else [1, 4, 16],
-         "backends": ["spark", "bigdl"], "disk_mb": memory.DISK_MB,
-         "model": "torch Linear(256, 1), 1 KB rows, 2 workers x 1 thread, 2 epochs, batch 256"}
-    _log(f"  memory: {s['base_rows']} rows x {s['scales']}, in memory and on disk, {s['backends']} ...")
-    res = run_child("memory.py", ["--quick"] if quick else [], 1200 if quick else 2400)
+    s = memory.settings(quick)
+    _log(f"  memory: {s['base_rows']} rows x {s['scales']}, {', '.join(s['systems'])} ...")
+    res = run_child("memory.py", ["--quick"] if quick else [], 1200 if quick else 3600)
     _log(f"      {'FAILED: ' + res['error'] if 'error' in res else 'done'} ({res.get('process_s', 0):.0f} s)")
     rows = res.get("rows") or [{"part": "memory", "name": "worker memory against data size", "value": None,
                                 "unit": "MB", "ratio": None, "target": "<= 1.2", "note": res.get("error")}]
