@@ -121,7 +121,7 @@ def run(fit_one: Callable[[str, Any, Any], dict[str, Any]], argv: list[str] | No
     from orca.core import OrcaContext, init_orca_context, stop_orca_context
 
     # whole steps of the global batch, so that every step splits it evenly (as global_batches does)
-    rows_per_part = a.share_mb * (1 << 20) // (4 * (WIDTH + 1)) // BATCH * BATCH
+    rows_per_part = -(-a.share_mb * (1 << 20) // (4 * (WIDTH + 1) * BATCH)) * BATCH  # at least share_mb
     init_orca_context(cluster_mode="local", cores=a.workers,
                       conf={"spark.executor.pyspark.memory": f"{a.limit_mb}m",
                             "spark.python.worker.faulthandler.enabled": "true"})
