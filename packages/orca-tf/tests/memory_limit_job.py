@@ -24,11 +24,11 @@ def model_creator(config: dict[str, Any]) -> Any:
     return model
 
 
-def fit_one(backend: str, df: Any, callback: Any) -> dict[str, Any]:
+def fit_one(backend: str, df: Any, callback: Any, workers: int) -> dict[str, Any]:
     """Fit with no shuffle, one epoch; the kernel and bias."""
     from orca.tf import Estimator
 
-    est = Estimator.from_keras(model_creator=model_creator, backend=backend, workers_per_node=ml.workers())
+    est = Estimator.from_keras(model_creator=model_creator, backend=backend, workers_per_node=workers)
     try:
         est.fit(df, epochs=1, batch_size=ml.BATCH, feature_cols=["features"], label_cols=["label"],
                 shuffle=False, callbacks=[callback])

@@ -22,13 +22,13 @@ def _model() -> nn.Module:
     return nn.Linear(ml.WIDTH, 1)
 
 
-def fit_one(backend: str, df: Any, callback: Any) -> dict[str, Any]:
+def fit_one(backend: str, df: Any, callback: Any, workers: int) -> dict[str, Any]:
     """Fit a linear model with SGD, no shuffle, one epoch; its weight and bias."""
     from orca.torch import Estimator
 
     model = _model()
     est = Estimator.from_torch(model=model, optimizer=torch.optim.SGD(model.parameters(), lr=ml.LR),
-                               loss=nn.MSELoss(), backend=backend, workers_per_node=ml.workers())
+                               loss=nn.MSELoss(), backend=backend, workers_per_node=workers)
     try:
         est.fit(df, epochs=1, batch_size=ml.BATCH, feature_cols=["features"], label_cols=["label"],
                 shuffle=False, callbacks=[callback])

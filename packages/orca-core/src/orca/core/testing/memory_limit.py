@@ -9,7 +9,7 @@ memory and the bytes the shares took on local disk, and the fitted parameters. :
 caller computes the same SGD steps in one process to compare.
 
 Framework packages call it from a small job script (``python job.py OUT --limit-mb ...``):
-``run(fit_one)`` where ``fit_one(backend, df, callback)`` fits and returns the parameters.
+``run(fit_one)`` where ``fit_one(backend, df, callback, workers)`` fits and returns the parameters.
 """
 
 from __future__ import annotations
@@ -30,11 +30,6 @@ WIDTH = 1024  # float32 features: 4 KB a row
 BATCH = 256
 LR = 0.01
 GEN_ROWS = 8192  # rows per generated Arrow batch (and per seed)
-
-
-def workers() -> int:
-    """The workers of the running :func:`run` (one per partition of its data)."""
-    return int(os.environ["ORCA_MEMORY_LIMIT_WORKERS"])
 
 
 def rows(part: int, start: int, stop: int) -> tuple[np.ndarray, np.ndarray]:
@@ -103,10 +98,10 @@ def probe(out: str) -> Any:
     return Probe()
 
 
-def run(fit_one: Callable[[str, Any, Any], dict[str, Any]], argv: list[str] | None = None) -> None:
+def run(fit_one: Callable[[str, Any, Any, int], dict[str, Any]], argv: list[str] | None = None) -> None:
     """Parse ``OUT --limit-mb M --share-mb S [--workers W] [--backends a,b]``, start a local Spark
     application whose Python workers have an address-space limit of M MB, and fit
-    ``fit_one(backend, df, callback)`` (returning the fitted parameters) on each backend on shares
+    ``fit_one(backend, df, callback, workers)`` (returning the fitted parameters) on each backend on shares
     of about S MB; write the JSON to OUT."""
     p = argparse.ArgumentParser()
     p.add_argument("out")
@@ -115,7 +110,6 @@ def run(fit_one: Callable[[str, Any, Any], dict[str, Any]], argv: list[str] | No
     p.add_argument("--workers", type=int, default=2)
     p.add_argument("--backends", default="spark,bigdl")
     a = p.parse_args(argv)
-    os.environ["ORCA_MEMORY_LIMIT_WORKERS"] = str(a.workers)
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     from orca.core import OrcaContext, init_orca_context, stop_orca_context
@@ -132,7 +126,7 @@ def run(fit_one: Callable[[str, Any, Any], dict[str, Any]], argv: list[str] | No
         for backend in a.backends.split(","):
             with tempfile.TemporaryDirectory() as tmp:
                 t = time.perf_counter()
-                params = fit_one(backend, df, probe(tmp))
+                params = fit_one(backend, df, probe(tmp), a.workers)
                 result["fits"][backend] = {
                     "fit_s": time.perf_counter() - t, **params,
                     "ranks": [json.loads(Path(tmp, f"rank{r}.json").read_text()) for r in range(a.workers)]}
