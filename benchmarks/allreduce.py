@@ -99,12 +99,13 @@ def _worker(rank: int, world: int, ports: tuple[int, int], hvd_ports: tuple[int,
 def measure(world: int, sizes_mb: list[int], reps: int, horovod: bool = False) -> dict[int, dict[str, float]]:
     """Median seconds per allreduce, ``{size_mb: {"orca": s, "gloo": s[, "horovod": s]}}``, for ``world``
     processes (Horovod's with ``horovod=True``)."""
-    from orca.core._net import find_free_port
+    from orca.core._net import find_free_ports
 
     ctx = mp.get_context("spawn")
     q = ctx.Queue()
-    ports = (find_free_port(), find_free_port())
-    hvd_ports = tuple(find_free_port() for _ in range(world)) if horovod else None  # rank 0's: the store
+    drawn = find_free_ports(2 + (world if horovod else 0))  # one draw: no two coincide
+    ports = tuple(drawn[:2])
+    hvd_ports = tuple(drawn[2:]) if horovod else None  # rank 0's: the store
     procs = [ctx.Process(target=_worker, args=(r, world, ports, hvd_ports, sizes_mb, reps, q)) for r in range(world)]
     for p in procs:
         p.start()

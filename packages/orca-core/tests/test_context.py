@@ -423,3 +423,21 @@ def test_a_ray_node_on_an_executor_offers_the_executors_cpus_and_gpus_together()
     ephemeral_start = int(open("/proc/sys/net/ipv4/ip_local_port_range").read().split()[0])
     if ephemeral_start > 21000:  # (where the range leaves room below it)
         assert all(p < ephemeral_start for p in ports), ports  # no bind(0) of another process takes them
+
+
+def test_the_ports_of_one_ray_node_differ_even_when_every_draw_picks_the_same_number(monkeypatch) -> None:
+    """Ray refuses a node whose components share a port (CI saw a head's dashboard agent handed
+    its GCS port); a node's ports come from one draw, so a random source that repeats itself
+    cannot hand one port out twice."""
+    from types import SimpleNamespace
+
+    from orca.core import _net
+    from orca.core._ray_node import _node_command
+
+    monkeypatch.setattr(_net, "_RANDOM", SimpleNamespace(randrange=lambda lo, hi: lo + 7))
+    args = {"gcs": "127.0.0.1:6379", "num_cpus": 1, "memory": 1 << 30,
+            "object_store_memory": 1 << 28, "key": "e1", "context": "c1", "loopback": True}
+    cmd = _node_command(args, "ray-temp")
+    ports = [int(cmd[cmd.index(flag) + 1]) for flag in ("--dashboard-agent-listen-port", "--metrics-export-port")]
+    assert len(set(ports)) == 2, ports
+    assert len(set(_net.find_free_ports(5))) == 5

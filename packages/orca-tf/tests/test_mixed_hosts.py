@@ -54,7 +54,7 @@ def run_rank(rank, ports, sync_port, token, warm, out):
 
 @pytest.mark.timeout(240)
 def test_a_child_hosted_rank_and_an_in_place_rank_train_together():
-    ports, (sync_port,) = find_free_ports(2), find_free_ports(1)
+    *ports, sync_port = find_free_ports(3)
     token = job_token()  # one job's token, handed to every rank as a launcher does
     ctx = mp.get_context("spawn")
     out = ctx.Queue()

@@ -133,14 +133,18 @@ def cleanup_in_task(context: str, grace_s: float = 10.0) -> int:
     return len(set(pids))
 
 
-def _free_port(loopback: bool) -> int:
-    """A port for one of the node's listeners, from below the ephemeral range (orca.core._net)."""
-    from orca.core._net import find_free_port
+def _free_ports(loopback: bool, count: int) -> list[int]:
+    """Distinct ports for the node's listeners, from below the ephemeral range (orca.core._net).
 
-    return find_free_port("127.0.0.1" if loopback else "")
+    One draw for all of them: two separate draws may hand out the same port, and Ray refuses
+    to start a node whose components were given one port twice."""
+    from orca.core._net import find_free_ports
+
+    return find_free_ports(count, "127.0.0.1" if loopback else "")
 
 
 def _node_command(args: dict[str, Any], temp_dir: str) -> list[str]:
+    agent_port, metrics_port = _free_ports(bool(args.get("loopback")), 2)
     cmd = [
         sys.executable, "-c", RAY_START, "start", "--address", args["gcs"],
         "--num-cpus", str(int(args["num_cpus"])), "--num-gpus", str(int(args.get("num_gpus", 0))),
@@ -148,8 +152,8 @@ def _node_command(args: dict[str, Any], temp_dir: str) -> list[str]:
         "--object-store-memory", str(int(args["object_store_memory"])),
         "--temp-dir", temp_dir,
         "--labels", f"{EXECUTOR_LABEL}={args['key']},{CONTEXT_LABEL}={args['context']}",
-        "--dashboard-agent-listen-port", str(_free_port(bool(args.get("loopback")))),
-        "--metrics-export-port", str(_free_port(bool(args.get("loopback")))),
+        "--dashboard-agent-listen-port", str(agent_port),
+        "--metrics-export-port", str(metrics_port),
         "--disable-usage-stats", "--block",
     ]
     if args.get("loopback"):

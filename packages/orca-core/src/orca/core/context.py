@@ -25,7 +25,7 @@ from orca.core._jvm import error_text as _error_text
 from orca.core._jvm import gateway_process as _gateway_process
 from orca.core._jvm import stop_jvm as _stop_jvm
 from orca.core._jvm import stop_spark_and_jvm as _stop_spark_and_jvm
-from orca.core._net import find_free_port
+from orca.core._net import find_free_ports
 from orca.core._ray_auth import AuthEnv, auth_env, new_token
 from orca.core._ray_spark import RayOnSpark, keep_ray_on_loopback
 from orca.core._spark_conf import SPARK_CLUSTER_MODES, SPARK_OPTIONS, build_spark_conf
@@ -372,8 +372,9 @@ class OrcaContext(metaclass=_ContextType):
             self._auth.apply(self._ray_auth_env)
             # Ray's metrics servers default to fixed ports that another Ray on this machine
             # may hold; a private temp dir keeps sessions, sockets and logs apart.
-            os.environ.setdefault("AUTOSCALER_METRIC_PORT", str(find_free_port()))
-            os.environ.setdefault("DASHBOARD_METRIC_PORT", str(find_free_port()))
+            autoscaler_port, dashboard_port = find_free_ports(2)
+            os.environ.setdefault("AUTOSCALER_METRIC_PORT", str(autoscaler_port))
+            os.environ.setdefault("DASHBOARD_METRIC_PORT", str(dashboard_port))
             _venv_bin_on_path()
             self._ray_temp_dir = tempfile.mkdtemp(prefix=f"orca-ray-{self.context_id}-")
             self._ray_connected_here = True

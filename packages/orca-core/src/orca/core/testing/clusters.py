@@ -45,7 +45,7 @@ from pathlib import Path
 from typing import Any
 
 from orca.core._java import ensure_java
-from orca.core._net import find_free_port
+from orca.core._net import find_free_ports
 from orca.core._procs import kill_pids, pid_alive, process_name, process_tree, processes_mentioning
 from orca.core._ray_auth import auth_env, new_token
 from orca.core._ray_node import RAY_START
@@ -171,7 +171,7 @@ def spark_standalone_cluster(
     )
     env = _spark_env(workdir)
     spark_class = str(pyspark_home() / "bin" / "spark-class")
-    port, webui_port = find_free_port(HOST), find_free_port(HOST)
+    port, webui_port = find_free_ports(2, HOST)
     cluster = SparkStandaloneCluster(
         master_url=f"spark://{HOST}:{port}",
         webui_url=f"http://{HOST}:{webui_port}",
@@ -295,8 +295,9 @@ def ray_env(temp_dir: Path | None = None, token: str | None = None) -> dict[str,
     if temp_dir is not None:
         env["RAY_TMPDIR"] = str(temp_dir)
         # Ray's autoscaler and dashboard metrics servers default to fixed ports.
-        env["AUTOSCALER_METRIC_PORT"] = str(find_free_port(HOST))
-        env["DASHBOARD_METRIC_PORT"] = str(find_free_port(HOST))
+        autoscaler_port, dashboard_port = find_free_ports(2, HOST)
+        env["AUTOSCALER_METRIC_PORT"] = str(autoscaler_port)
+        env["DASHBOARD_METRIC_PORT"] = str(dashboard_port)
     return env
 
 
@@ -333,31 +334,34 @@ def ray_cluster(
     # `ray start --address` refuses to add a node while RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0
     # (the setting that keeps Ray on loopback); lift that CLI check for our second node only.
     join_cmd = [sys.executable, "-c", RAY_START]
-    port = find_free_port(HOST)
+    # Every port is drawn in one call so that no two coincide: CI saw Ray refuse a head whose
+    # dashboard agent had been handed the GCS port by a second, separate draw.
+    (port, dashboard_port, client_port, *node_ports) = find_free_ports(7, HOST)
     address = f"{HOST}:{port}"
     cluster = RayCluster(
         address=address, temp_dir=temp_dir, num_cpus=(num_cpus_head, num_cpus_worker), env=env
     )
 
-    def node_args(num_cpus: int) -> list[str]:
+    def node_args(num_cpus: int, agent_port: int, metrics_port: int) -> list[str]:
         # Every port Ray would otherwise take at a fixed default gets a free one.
         return [
             "--node-ip-address", HOST,
             "--num-cpus", str(num_cpus),
             "--object-store-memory", str(object_store_mb * 1024 * 1024),
             "--temp-dir", str(temp_dir),
-            "--dashboard-agent-listen-port", str(find_free_port(HOST)),
-            "--metrics-export-port", str(find_free_port(HOST)),
+            "--dashboard-agent-listen-port", str(agent_port),
+            "--metrics-export-port", str(metrics_port),
             "--disable-usage-stats",
             "--block",
         ]
 
     commands = [
         ("head", [ray_bin, "start", "--head", "--port", str(port), "--include-dashboard=false",
-                  "--dashboard-port", str(find_free_port(HOST)),
-                  "--ray-client-server-port", str(find_free_port(HOST)),
-                  *node_args(num_cpus_head)]),
-        ("node", [*join_cmd, "start", "--address", address, *node_args(num_cpus_worker)]),
+                  "--dashboard-port", str(dashboard_port),
+                  "--ray-client-server-port", str(client_port),
+                  *node_args(num_cpus_head, *node_ports[:2])]),
+        ("node", [*join_cmd, "start", "--address", address,
+                  *node_args(num_cpus_worker, *node_ports[2:])]),
     ]
     logs = [temp_dir / f"{name}.log" for name, _ in commands]
 
