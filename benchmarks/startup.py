@@ -25,6 +25,10 @@ start-up is cold. The child records wall-clock times, relative to its own proces
            train function after their process-group setup
   step     rank 0's first optimizer step done
 
+Then, in the same session, a second Estimator / TorchTrainer / TorchDistributor of the same model
+trains one step: its call to its first step is reported apart (a notebook user's next model; Orca's
+``ray`` backend keeps the first Estimator's actors warm for it, ``OrcaSettings.warm_workers_s``).
+
 The rank-0 worker writes its times to files (as ``common.first_step_callback`` does) and the child
 collects them. Rows (one per system): the median of each phase's duration and the median total,
 process start to first step; Orca's ``bigdl`` and ``ray`` rows carry issue #21's targets (10 s, 12 s)
@@ -178,6 +182,14 @@ def _orca(backend: str, rows: int, tmp: str, mark: Any) -> None:
         est.fit(df, epochs=1, max_steps=1, batch_size=BATCH, feature_cols=["features"], label_cols=["label"],
                 callbacks=[_orca_callback(tmp)])
         est.shutdown()
+        # the next Estimator in the same session (a notebook's second model): its call to first step
+        est = Estimator.from_torch(model=common.make_model, optimizer=common.make_optimizer,
+                                   loss=nn.CrossEntropyLoss(), backend=backend, workers_per_node=WORKERS,
+                                   use_tqdm=False)
+        mark("next_call")
+        est.fit(df, epochs=1, max_steps=1, batch_size=BATCH, feature_cols=["features"], label_cols=["label"],
+                callbacks=[_orca_callback(next_dir(tmp))])
+        est.shutdown()
     finally:
         stop_orca_context()
 
@@ -208,6 +220,13 @@ def _ray_train(rows: int, tmp: str, mark: Any) -> None:
             datasets={"train": ds})
         mark("call")
         trainer.fit()
+        trainer = TorchTrainer(
+            _ray_train_loop, train_loop_config={"batch_size": BATCH, "dir": next_dir(tmp)},
+            scaling_config=ScalingConfig(num_workers=WORKERS, resources_per_worker={"CPU": 1}),
+            run_config=RunConfig(storage_path=os.path.join(tmp, "ray_results"), name="startup-next"),
+            datasets={"train": ds})
+        mark("next_call")
+        trainer.fit()
     finally:
         ray.shutdown()
 
@@ -229,8 +248,18 @@ def _distributor(rows: int, tmp: str, mark: Any) -> None:
         dist = TorchDistributor(num_processes=WORKERS, local_mode=False, use_gpu=False)
         mark("call")
         dist.run(_distributor_fn, rows, BATCH, tmp)
+        dist = TorchDistributor(num_processes=WORKERS, local_mode=False, use_gpu=False)
+        mark("next_call")
+        dist.run(_distributor_fn, rows, BATCH, next_dir(tmp))
     finally:
         spark.stop()
+
+
+def next_dir(tmp: str) -> str:
+    """Where the second Estimator / trainer of a child writes its stamps."""
+    path = os.path.join(tmp, "next")
+    os.makedirs(path, exist_ok=True)
+    return path
 
 
 def child(system: str, rows: int, out: str) -> None:
@@ -254,12 +283,14 @@ def child(system: str, rows: int, out: str) -> None:
         step = json.loads(Path(tmp, "step.json").read_text())
         arrived = Path(tmp, f"arrived-{begin['pid']}.json")  # Orca: fit's job unpickled in rank 0's process
         arrived_t = json.loads(arrived.read_text())["t"] - t0 if arrived.exists() else None
+        next_step = json.loads(Path(next_dir(tmp), "step.json").read_text())["t"] - t0
     created = begin["created"] - t0
     parent = begin["parent"] or {}
     res: dict[str, Any] = {"system": system, "rows": rows, "worker_created_raw": created,
                            "clamped": created < stamps["call"], "worker_parent": parent.get("cmd"),
                            "worker_parent_created": parent.get("created", t0) - t0, "job_arrived": arrived_t}
     stamps.update(worker=max(created, stamps["call"]), begin=begin["t"] - t0, step=step["t"] - t0)
+    res["next_call_to_step_s"] = next_step - stamps.pop("next_call")
     res["stamps"] = stamps
     res["phases"] = phases_of(stamps)
     Path(out).write_text(json.dumps(res, indent=1))
@@ -311,6 +342,28 @@ def rows_from(raw: dict[str, list[dict]]) -> list[dict]:
                         ">= 1.0" if target else None, reference=target, system=system, repeats=len(ok),
                         phases={p: median([r["phases"][p] for r in ok]) for p in STAMPS}, clamped=clamped,
                         note=note or None))
+    rows.extend(next_rows(raw))
+    return rows
+
+
+PEERS = ("ray-train", "torch-distributor")
+
+
+def next_rows(raw: dict[str, list[dict]]) -> list[dict]:
+    """The second Estimator / trainer of each child: its call to its first step (median), Orca's
+    rows against the faster peer (ratio peer / Orca: > 1 is Orca ahead)."""
+    medians = {s: median([r["next_call_to_step_s"] for r in res if "next_call_to_step_s" in r])
+               for s, res in raw.items() if any("next_call_to_step_s" in r for r in res)}
+    peers = [medians[p] for p in PEERS if p in medians]
+    best_peer = min(peers) if peers else None
+    rows = []
+    for system, value in medians.items():
+        orca = system.startswith("orca-")
+        ratio = best_peer / value if orca and best_peer else None
+        rows.append(row("startup", f"next Estimator / trainer in the same session, call to first step: {system} 2x1, s",
+                        value, "s", ratio, ">= 1.0" if ratio is not None else None,
+                        reference=best_peer if orca else None, system=system, kind="next",
+                        note="ratio: the faster peer's / Orca's" if ratio is not None else None))
     return rows
 
 
@@ -319,9 +372,16 @@ def table(rows: list[dict]) -> str:
     lines = ["| system | " + " | ".join(LABELS[p] for p in STAMPS) + " | total |",
              "|---|" + "---:|" * (len(STAMPS) + 1)]
     for r in rows:
+        if r.get("kind") == "next":
+            continue
         ph = r.get("phases") or {}
         cells = [fmt(ph.get(p), 2) for p in STAMPS] + [f"**{fmt(r.get('value'), 2)}**"]
         lines.append(f"| {r.get('system') or r['name']} | " + " | ".join(cells) + " |")
+    nxt = [r for r in rows if r.get("kind") == "next"]
+    if nxt:
+        lines += ["", "| system | next Estimator / trainer: call to first step, s | ratio (faster peer / Orca) |",
+                  "|---|---:|---:|"]
+        lines += [f"| {r['system']} | {fmt(r.get('value'), 2)} | {fmt(r.get('ratio'), 2)} |" for r in nxt]
     return "\n".join(lines)
 
 
@@ -336,7 +396,7 @@ def plot(doc_path: Path = RESULTS / "startup.json", png: Path = PNG) -> Path | N
         print(f"no startup PNG: {exc}")
         return None
     doc = json.loads(Path(doc_path).read_text())
-    rows = [r for r in doc["rows"] if r.get("phases")]
+    rows = [r for r in doc["rows"] if r.get("phases") and r.get("kind") != "next"]
     if not rows:
         return None
     fig, ax = plt.subplots(figsize=(11, 0.6 * len(rows) + 2.2))

@@ -107,6 +107,8 @@ def test_the_reference_class_assignment_sets_the_setting(orca_context: OrcaConte
             OrcaContext.pandas_read_backend = "spark"
         with pytest.raises(ValueError, match=r"worker_data_memory_mb must be >= 0 \(MB\), got -1"):
             OrcaContext.worker_data_memory_mb = -1
+        with pytest.raises(ValueError, match=r"warm_workers_s must be >= 0 seconds \(0: no warm workers\), got -1"):
+            context._validate("local", 2, "2g", 1, "spark", None, {"warm_workers_s": -1})
         with pytest.raises(TypeError, match="train_data_store.*worker_data_memory_mb"):
             OrcaContext.train_data_store = "DISK_2"
     finally:

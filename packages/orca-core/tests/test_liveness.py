@@ -124,3 +124,45 @@ def test_a_worker_stuck_in_user_code_ends_its_process_when_the_driver_stops_the_
             p.kill()
             p.wait(10)
         server.close()
+
+
+def test_ranks_meet_through_the_driver_each_getting_every_value_in_rank_order():
+    """``progress.gather`` (what Spark barrier tasks use instead of ``allGather``): four ranks arriving
+    in reverse order each get all four values by rank; two gathers of one call with different keys
+    stay apart; a caller without the call's token gets nothing; a rank still waiting when the call
+    ends gets a ConnectionError, not a hang."""
+    import socket
+    import threading
+
+    from orca.core.engine.progress import gather
+
+    server = ProgressServer("127.0.0.1", use_tqdm=False, liveness=Liveness(4, timeout_s=30.0))
+    results: dict[tuple[str, int], object] = {}
+
+    def rank(key: str, r: int, world: int) -> None:
+        try:
+            results[(key, r)] = gather(server.endpoint, r, world, key, {"rank": r, "port": 1000 + r}, 20.0)
+        except Exception as exc:  # noqa: BLE001 - checked below
+            results[(key, r)] = exc
+
+    try:
+        threads = []
+        for r in reversed(range(4)):
+            for key in ("a", "b"):
+                threads.append(threading.Thread(target=rank, args=(key, r, 4)))
+                threads[-1].start()
+                time.sleep(0.02)
+        # a stranger sends a gather without the token: it is closed, not counted as a rank
+        with socket.create_connection(server.address[:2]) as stranger:
+            stranger.sendall(b"not-the-token\n" + b'{"event": "gather", "rank": 0, "world": 4, "key": "a", "value": 9}\n')
+        for t in threads:
+            t.join(30)
+        want = [{"rank": r, "port": 1000 + r} for r in range(4)]
+        assert all(results[(key, r)] == want for key in ("a", "b") for r in range(4)), results
+        waiting = threading.Thread(target=rank, args=("c", 0, 2))  # its peer never comes
+        waiting.start()
+        time.sleep(0.3)
+    finally:
+        server.close()
+    waiting.join(30)
+    assert isinstance(results[("c", 0)], ConnectionError), results[("c", 0)]

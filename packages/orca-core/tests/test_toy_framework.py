@@ -8,6 +8,7 @@ and this test module.
 from __future__ import annotations
 
 import sys
+import time
 from typing import Any
 
 import cloudpickle
@@ -43,6 +44,7 @@ class NumpyLinearRunner(Runner):
     """``y = x @ w + b`` with plain SGD on the mean squared error."""
 
     can_skip_steps = True
+    reuses_process = True
 
     def setup(self, rendezvous: Rendezvous) -> None:
         super().setup(rendezvous)  # seeds numpy, joins the sync group
@@ -378,6 +380,73 @@ def test_a_dropped_estimator_gives_its_ray_cpus_back_and_a_held_one_is_named(ray
     finally:
         other.shutdown()
     assert other._group not in live_worker_groups()
+
+
+def _pids(est: NumpyEstimator) -> list[int]:
+    import os
+
+    return sorted(est._group.call(lambda runner: os.getpid()))
+
+
+@pytest.mark.timeout(180)
+def test_a_shut_down_estimators_ray_workers_serve_the_next_one_warm_and_train_as_fresh_ones(
+        orca_context: Any, ray_runtime: Any, monkeypatch: Any) -> None:
+    """``est.shutdown()`` parks its actors (``warm_workers_s``): the next Estimator of the same kind
+    runs in the same processes and trains exactly as the first did from the same seed (nothing of
+    the first model or its sync group stays); an Estimator of another size ends them and starts its
+    own; the time limit, ``release_warm_workers()`` and ``warm_workers_s=0`` end them too."""
+    import ray
+
+    from orca.core import release_warm_workers
+    from orca.core.engine import ray_backend
+
+    x, y = regression_arrays()
+    data = {"x": x, "y": y}
+
+    def fit(est: NumpyEstimator) -> tuple[list[int], dict[str, np.ndarray]]:
+        est.fit(data, epochs=2, batch_size=8)
+        return _pids(est), est.get_model()
+
+    def cpus_free() -> float:
+        return float(ray.available_resources().get("CPU", 0.0))
+
+    first, second, third = (NumpyEstimator.from_numpy(backend="ray") for _ in range(3))
+    try:
+        pids, want = fit(first)
+        first.shutdown()
+        assert cpus_free() == 0  # parked: still holding their CPUs
+        assert fit(second)[0] == pids  # the same processes: no start, no import
+        np.testing.assert_array_equal(second.get_model()["w"], want["w"])  # and the same SGD from the same seed
+        np.testing.assert_array_equal(second.get_model()["b"], want["b"])
+        second.shutdown()
+        one = NumpyEstimator.from_numpy(backend="ray", workers_per_node=1)  # another kind: 1 worker
+        try:
+            got, _ = fit(one)
+            assert len(got) == 1 and not set(got) & set(pids)
+        finally:
+            one.shutdown()
+        assert release_warm_workers() == 1 and release_warm_workers() == 0
+        deadline = time.monotonic() + 20
+        while cpus_free() < 2 and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert cpus_free() == 2  # the released actor is gone
+
+        monkeypatch.setattr(orca_context.settings, "warm_workers_s", 1.0)
+        pids, _ = fit(third)
+        third.shutdown()
+        deadline = time.monotonic() + 20
+        while cpus_free() < 2 and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert cpus_free() == 2 and ray_backend.release_parked() == 0  # the timer ended them
+
+        monkeypatch.setattr(orca_context.settings, "warm_workers_s", 0.0)
+        pids, _ = fit(first)
+        first.shutdown()
+        assert ray_backend.release_parked() == 0  # nothing parked: they ended at shutdown
+    finally:
+        for est in (first, second, third):
+            est.shutdown()
+        release_warm_workers()
 
 
 @pytest.mark.timeout(300)

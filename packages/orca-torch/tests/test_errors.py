@@ -31,11 +31,17 @@ def linear(backend="ray", **kw):
 
 
 def no_work_left(backend, orca_context):
-    """No Spark job running and, on Ray, every CPU free again (the actors are gone)."""
+    """No Spark job running and, on Ray, every CPU free again (the actors are gone). Workers an
+    earlier test's clean ``shutdown()`` left warm for the next Estimator are ended first: an error
+    never parks workers (only ``Estimator.shutdown`` does)."""
     sc = orca_context.spark_session().sparkContext
     assert sc.statusTracker().getActiveJobsIds() == []
     if backend == "ray" and orca_context.has_ray:
         import ray
+
+        from orca.core import release_warm_workers
+
+        release_warm_workers()
 
         deadline = time.monotonic() + 20
         while ray.available_resources().get("CPU", 0) < 2 and time.monotonic() < deadline:

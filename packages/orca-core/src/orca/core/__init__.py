@@ -8,6 +8,7 @@ from orca.core.context import (
     OrcaSettings,
     RayRuntime,
     init_orca_context,
+    release_warm_workers,
     stop_orca_context,
 )
 from orca.core.data import XShards
@@ -20,6 +21,7 @@ __all__ = [
     "RayRuntime",
     "XShards",
     "init_orca_context",
+    "release_warm_workers",
     "stop_orca_context",
     "__version__",
 ]

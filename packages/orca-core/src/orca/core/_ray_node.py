@@ -115,10 +115,17 @@ def start_keeper_in_task(config: dict[str, Any], auth: dict[str, str]) -> dict[s
 
 
 def cleanup_in_task(context: str, grace_s: float = 10.0) -> int:
-    """Wait up to ``grace_s`` for this context's keepers on this host to end on their own (they
-    do once the head is gone), then kill what is left. Runs in a Spark task; returns the count
-    of processes that had to be killed."""
+    """Tell this context's keepers on this host to end their nodes (SIGTERM: each ends its node's
+    process tree and removes its files; on their own they notice the head is gone only after
+    several missed polls), wait up to ``grace_s`` for them, then kill what is left. Runs in a
+    Spark task; returns the count of processes that had to be killed."""
     marker = f"{TEMP_PREFIX}{context}-"
+    keepers = set(processes_mentioning(marker)) & set(processes_mentioning("orca.core._ray_node"))
+    for pid in keepers:
+        try:
+            os.kill(pid, signal.SIGTERM)
+        except OSError:  # ended meanwhile
+            pass
     deadline = time.monotonic() + grace_s
     while time.monotonic() < deadline and processes_mentioning(marker):
         time.sleep(0.25)

@@ -97,6 +97,10 @@ def orca_trainable(make_estimator: Callable[[dict[str, Any]], Any], data: Any, *
     from orca.core.engine.errors import check_positive_int
 
     check_positive_int("epochs", epochs)
+    # the trials need the Ray CPUs that warm workers of an Estimator shut down here may hold
+    from orca.core.context import release_warm_workers
+
+    release_warm_workers()
 
     def trainable(config: dict[str, Any]) -> None:
         from ray import tune

@@ -59,6 +59,7 @@ class TorchRunner(Runner):
     """Runs a torch model in one Orca worker."""
 
     can_skip_steps = True
+    reuses_process = True  # setup rebuilds the model, re-seeds and re-forms the process group
 
     def seed_framework(self, seed: int) -> None:
         torch.manual_seed(seed)
@@ -340,6 +341,7 @@ class HorovodTorchRunner(TorchRunner):
     """
 
     _store: Any = None
+    reuses_process = False  # hvd.init after hvd.shutdown in one process is not relied on
 
     def _join_group(self, rendezvous: Rendezvous) -> None:
         self._store = join_horovod(_hvd(), rendezvous, self.group, self.timeout_s)

@@ -57,8 +57,12 @@ def _remote_cached(fn: Callable[..., Any]) -> Any:
 
 
 def remote(fn: Callable[..., Any]) -> Any:
-    """``ray.remote`` version of a module-level function (cached)."""
+    """``ray.remote`` version of a module-level function (cached). Its tasks need CPUs that warm
+    workers of an Estimator shut down may hold: those end first (``release_warm_workers``)."""
+    from orca.core.context import release_warm_workers
+
     ensure_ray()
+    release_warm_workers()
     return _remote_cached(fn)
 
 

@@ -570,9 +570,12 @@ class BaseEstimator:
         return latest_checkpoint(directory)
 
     def shutdown(self) -> None:
-        """Stop this estimator's workers; the state stays on the driver."""
+        """Stop this estimator's workers; the state stays on the driver.
+
+        On the ``ray`` backend, PyTorch workers stay warm for the next Estimator of the same
+        framework and size for ``OrcaSettings.warm_workers_s`` (0 ends them here)."""
         if self._group is not None and self._group_in_live_context():
-            self._group.shutdown()
+            self._group.release()
 
     def _group_in_live_context(self) -> bool:
         """Whether the workers' context is still the running one (a stopped context took its

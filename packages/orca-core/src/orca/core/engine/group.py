@@ -140,6 +140,11 @@ class WorkerGroup(abc.ABC):
     def shutdown(self) -> None:  # noqa: B027 - launchers without long-lived workers have nothing to stop
         """Stop the workers (the state stays on the driver)."""
 
+    def release(self) -> None:
+        """The user is done with the workers (``Estimator.shutdown``): a launcher may keep them warm
+        for the next Estimator; by default they stop."""
+        self.shutdown()
+
 
 # ---------------------------------------------------------------------------- worker side
 

@@ -13,6 +13,14 @@ loads the driver's state into new or stale actors. An exception in a worker duri
 ``evaluate``/``predict`` leaves the healthy actors up; a failed ``fit`` (its collectives may
 be half-way) or a dead actor ends the group, and the next call starts a new one from the
 driver's state.
+
+Warm workers: ``est.shutdown()`` of an Estimator whose runner can be set up again in the same
+process (``Runner.reuses_process``) parks its set-up-free actors for
+``OrcaSettings.warm_workers_s``; the next group of the same runner class, worker count and
+threads takes them (a ping proves them alive) and only sets up and rendezvouses, instead of
+starting processes and importing the framework. Parked actors hold their Ray CPUs, so any other
+launch, a Ray Dataset materialization, the time limit, ``release_warm_workers()`` and the
+context's stop end them.
 """
 
 from __future__ import annotations
@@ -20,6 +28,7 @@ from __future__ import annotations
 import gc
 import logging
 import os
+import threading
 import time
 import weakref
 from collections.abc import Sequence
@@ -178,6 +187,14 @@ class _Worker:
     def ping(self) -> bool:
         return True
 
+    def park(self) -> None:
+        """End the runner (its process group, its model) and keep the process for the next one."""
+        runner, self.runner, self.rank = self.runner, None, None
+        if runner is not None:
+            runner.shutdown()
+        del runner
+        gc.collect()
+
     def call(self, fn_blob: bytes) -> Any:
         """Run ``fn(runner)`` here (diagnostics and tests: which node, what is cached)."""
         import cloudpickle
@@ -311,6 +328,84 @@ def _free_cpus(need: float, wait_s: float | None = None) -> float:
         time.sleep(0.25)
 
 
+def _kill_actors(actors: Sequence[Any]) -> None:
+    """``ray.kill`` each actor; one already dead, or a Ray already shut down, is skipped."""
+    if not actors:
+        return
+    try:
+        ray = _ray()
+    except Exception:  # noqa: BLE001 - no Ray: nothing runs
+        return
+    for actor in actors:
+        try:
+            ray.kill(actor)
+        except Exception:  # noqa: BLE001 - already dead, or Ray is gone
+            pass
+
+
+class _Parking:
+    """The actors of the last Estimator shut down, kept warm for the next group of their kind.
+
+    One set at a time: parking a set ends the one parked before. A timer ends a set that no
+    group took within its time.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._parked: tuple[tuple[Any, ...], list[Any], list[str | None], threading.Timer] | None = None
+
+    def park(self, key: tuple[Any, ...], actors: list[Any], nodes: list[str | None], keep_s: float) -> None:
+        timer = threading.Timer(keep_s, self._expire)
+        timer.daemon = True
+        with self._lock:
+            old, self._parked = self._parked, (key, actors, nodes, timer)
+            timer.start()
+        self._end(old)
+
+    def take(self, key: tuple[Any, ...]) -> tuple[list[Any], list[str | None]] | None:
+        """The parked actors and their nodes when they are of ``key``'s kind (else end them)."""
+        with self._lock:
+            parked, self._parked = self._parked, None
+        if parked is None:
+            return None
+        if parked[0] != key:
+            self._end(parked)
+            return None
+        parked[3].cancel()
+        return parked[1], parked[2]
+
+    def release(self) -> int:
+        """End the parked actors now; return how many there were."""
+        with self._lock:
+            parked, self._parked = self._parked, None
+        return self._end(parked)
+
+    def _expire(self) -> None:
+        with self._lock:
+            parked = self._parked
+            if parked is None or parked[3] is not threading.current_thread():
+                return
+            self._parked = None
+        log.debug("ending %d warm Ray workers: no Estimator took them in time", len(parked[1]))
+        self._end(parked)
+
+    @staticmethod
+    def _end(parked: tuple[tuple[Any, ...], list[Any], list[str | None], threading.Timer] | None) -> int:
+        if parked is None:
+            return 0
+        parked[3].cancel()
+        _kill_actors(parked[1])
+        return len(parked[1])
+
+
+_PARKING = _Parking()
+
+
+def release_parked() -> int:
+    """End the warm actors (see :func:`orca.core.release_warm_workers`); return their count."""
+    return _PARKING.release()
+
+
 #: every worker group whose actors are up, in this process (see :func:`live_worker_groups`)
 _LIVE: weakref.WeakSet[RayWorkerGroup] = weakref.WeakSet()
 
@@ -405,6 +500,8 @@ class RayWorkerGroup(WorkerGroup):
         pending = [s for s in sources if getattr(s, "pending", False)]
         if pending and self.actors:
             self.shutdown()
+        if pending:
+            release_parked()
         for s in pending:
             s.materialize()
 
@@ -423,6 +520,17 @@ class RayWorkerGroup(WorkerGroup):
         runtime = ctx.ray_runtime_now()  # nodes lost since the last start are not counted
         ray = _ray()
         trial = trial_worker_bundles()
+        warm = _PARKING.take(self._kind()) if trial is None else None
+        if warm is None and trial is not None:
+            release_parked()  # the trial's placement group has the CPUs; parked actors hold others
+        if warm is not None and self._alive(warm[0]):
+            self.actors, self.actor_nodes = warm
+            self._starting = [a.address.remote() for a in self.actors]
+            self.loaded_version = None
+            _LIVE.add(self)
+            return
+        if warm is not None:
+            _kill_actors(warm[0])
         if trial is None:
             self._check_room(runtime)
             self.actor_nodes = _plan_nodes(self.num_workers, self.threads)
@@ -439,6 +547,24 @@ class RayWorkerGroup(WorkerGroup):
         self._starting = [a.address.remote() for a in self.actors]
         self.loaded_version = None
         _LIVE.add(self)
+
+    def _kind(self) -> tuple[Any, ...]:
+        """What a parked actor must match to serve this group: same Ray, runner class, size."""
+        from orca.core.context import OrcaContext
+
+        ctx = OrcaContext.active()
+        return (ctx.context_id if ctx is not None else None, self.runner_cls.__module__,
+                self.runner_cls.__qualname__, self.num_workers, self.threads)
+
+    @staticmethod
+    def _alive(actors: list[Any], timeout_s: float = 10.0) -> bool:
+        """Whether every actor answers a ping within ``timeout_s``."""
+        ray = _ray()
+        try:
+            ray.get([a.ping.remote() for a in actors], timeout=timeout_s)
+            return True
+        except Exception:  # noqa: BLE001 - dead, or its node is gone
+            return False
 
     def _check_room(self, runtime: Any) -> None:
         """Raise unless the Ray cluster has (and has free) the CPUs the workers need."""
@@ -660,15 +786,32 @@ class RayWorkerGroup(WorkerGroup):
         blob = cloudpickle.dumps(fn)
         return self._get([a.call.remote(blob) for a in self.actors], "call")
 
+    def release(self) -> None:
+        """The user is done with these workers: park them warm for the next Estimator of their kind
+        (see the module docstring) when the runner allows it and the context keeps warm workers;
+        else (or when an actor fails to park) kill them."""
+        from orca.core.context import OrcaContext
+
+        ctx = OrcaContext.active()
+        keep_s = ctx.settings.warm_workers_s if ctx is not None else 0.0
+        if (not self.actors or self._starting is not None or keep_s <= 0
+                or not getattr(self.runner_cls, "reuses_process", False) or trial_worker_bundles() is not None):
+            self.shutdown()
+            return
+        try:
+            _ray().get([a.park.remote() for a in self.actors], timeout=30)
+        except Exception:  # noqa: BLE001 - a worker that cannot end its runner is not reused
+            log.debug("could not park the Ray workers; ending them", exc_info=True)
+            self.shutdown()
+            return
+        _PARKING.park(self._kind(), self.actors, list(self.actor_nodes) or [None] * len(self.actors), keep_s)
+        self.actors, self._starting, self.loaded_version, self.actor_nodes = [], None, None, []
+        _LIVE.discard(self)
+
     def shutdown(self) -> None:
         """Kill the actors (no wait on a stuck one); the driver keeps the state."""
         if not self.actors:
             return
-        ray = _ray()
-        for actor in self.actors:
-            try:
-                ray.kill(actor)
-            except Exception:  # noqa: BLE001 - already dead
-                pass
+        _kill_actors(self.actors)
         self.actors, self._starting, self.loaded_version, self.actor_nodes = [], None, None, []
         _LIVE.discard(self)

@@ -126,6 +126,11 @@ class Runner(abc.ABC):
     #: import and runtime, where they come later), kept free under an address-space limit (see
     #: :mod:`orca.core.engine.addrspace`)
     address_space_mb: int = 0
+    #: True when a process that hosted one runner of this class (its model, its process group,
+    #: shut down) can host the next one, of another Estimator: the ``ray`` backend then keeps an
+    #: Estimator's actors warm after ``shutdown()`` for the next Estimator of the same framework and
+    #: size (``OrcaSettings.warm_workers_s``), which skips the process start and framework import
+    reuses_process: bool = False
     group: Any = None
 
     def __init__(self, spec: dict[str, Any]) -> None:

@@ -1,7 +1,8 @@
 """Workers as Spark barrier tasks: one task per worker, started for each fit call.
 
 The training state goes out by broadcast and comes back as rank 0's task result. Workers
-meet through ``BarrierTaskContext.allGather`` (rank, rows held, rank 0's free port). Data
+meet through the driver (rank, rows held, rank 0's free ports: ``progress.gather`` over the call's
+authenticated channel; Spark's ``BarrierTaskContext.allGather`` polls once a second). Data
 stays on the executors: a DataFrame is read there as Arrow batches, an XShards as shards.
 Evaluation and prediction need no barrier: each partition works alone and the driver
 merges small per-partition results (evaluation) or Spark keeps the output (prediction).
@@ -39,8 +40,9 @@ from orca.core.engine.group import (
     predict_on_worker,
     raise_worker_errors,
 )
-from orca.core.engine.liveness import beat, beating
+from orca.core.engine.liveness import backstop_s, beat, beating
 from orca.core.engine.loop import FitArgs
+from orca.core.engine.progress import gather
 from orca.core.engine.runner import Runner, make_rendezvous, solo_runner
 from orca.core.engine.sources import DataSource, WorkerRead
 from orca.core.engine.spill import FeedBuilder, arrow_feed_builder, close_feeds, feed_memory_bytes, part_bytes
@@ -84,8 +86,7 @@ def _barrier_work(ctx: Any, rank: int, job: dict[str, Any], load: Callable[[], F
         # one on rank 0 for orca.core.sync, which a framework may run beside its own group
         port, sync_port = find_free_ports(2, host)
         rows = feed.num_rows if feed is not None else 0
-        gathered = [json.loads(m) for m in ctx.allGather(json.dumps({"port": port, "sync_port": sync_port,
-                                                                     "rows": rows}))]
+        gathered = _gather_ranks(ctx, rank, job, {"port": port, "sync_port": sync_port, "rows": rows})
         hosts = [i.address.split(":")[0] or "127.0.0.1" for i in infos]
         counts = [int(g["rows"]) for g in gathered]
         # a Spark Python worker is reused by later tasks: what a runner opens in it (TF's gRPC
@@ -108,6 +109,18 @@ def _barrier_work(ctx: Any, rank: int, job: dict[str, Any], load: Callable[[], F
         return cloudpickle.dumps(error_result(exc, rank))
     finally:
         close_feeds(*feeds)
+
+
+def _gather_ranks(ctx: Any, rank: int, job: dict[str, Any], mine: dict[str, Any]) -> list[dict[str, Any]]:
+    """Every rank's ``mine``, in rank order: through the driver's progress server (the call's
+    authenticated channel), or Spark's ``allGather`` where the call has none. ``allGather`` costs
+    each rank but the last about a second (the JVM polls the barrier's reply once a second)."""
+    beat_to = job["args"].beat_to
+    if beat_to is None:
+        return [json.loads(m) for m in ctx.allGather(json.dumps(mine))]
+    key = f"fit-{ctx.stageId()}-{ctx.attemptNumber()}"  # a re-run stage meets apart
+    timeout_s = backstop_s(float(job["spec"].get("timeout_s", 600.0)))
+    return [dict(g) for g in gather(beat_to, rank, len(ctx.getTaskInfos()), key, mine, timeout_s)]
 
 
 @contextlib.contextmanager
