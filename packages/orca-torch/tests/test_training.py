@@ -45,6 +45,33 @@ def test_data_parallel_sgd_equals_single_process_on_the_same_global_batches(orca
     assert got == pytest.approx(want, abs=1e-6)
 
 
+def test_the_next_estimator_trains_in_the_warm_ray_workers_exactly_as_the_first(orca_context):
+    """``shutdown()`` on the ray backend parks the two actors; the next Estimator of the same size
+    runs in the same processes (no start, no torch import) and, from the same model, ends at the
+    known SGD weight as the first did: its process group and optimizer are its own."""
+    import os
+
+    x = (np.arange(1, 9, dtype=np.float64) / 8).reshape(-1, 1).astype(np.float32)
+    y = (2 * x).astype(np.float32)
+    batches = [[0, 1, 4, 5], [2, 3, 6, 7]] * 2
+    want = expected_sgd_weight(x[:, 0].astype(np.float64), y[:, 0].astype(np.float64), 0.5, 0.1, batches)
+    pids, weights = [], []
+    for _ in range(2):
+        est = Estimator.from_torch(model=one_weight_model(), optimizer=sgd(0.1), loss=nn.MSELoss(), backend="ray",
+                                   workers_per_node=2)
+        try:
+            est.fit({"x": x, "y": y}, epochs=2, batch_size=4, shuffle=False)
+            pids.append(sorted(est._group.call(lambda runner: os.getpid())))
+            weights.append(float(est.get_model().weight.item()))
+        finally:
+            est.shutdown()
+    from orca.core import release_warm_workers
+
+    assert release_warm_workers() == 2
+    assert pids[0] == pids[1] and len(set(pids[0])) == 2, pids
+    assert weights[0] == weights[1] == pytest.approx(want, abs=1e-6)
+
+
 def test_one_worker_trains_exactly_as_the_plain_torch_loop_and_skips_a_non_finite_step(orca_context):
     """One worker takes the plain loop's path (fresh gradients each step, nothing to all-reduce): SGD with
     momentum and weight decay over the same batches ends at the plain loop's weights to 1e-6; with
