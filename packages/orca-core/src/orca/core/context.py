@@ -68,7 +68,8 @@ class OrcaSettings:
             shut down (``est.shutdown()``) up for the next Estimator of the same framework,
             worker count and threads, which then starts in milliseconds instead of seconds (no
             process start, no framework import). Parked workers hold their Ray CPUs: Orca ends
-            them when it needs those CPUs for other work, when this time passes, and when the
+            them when it needs those CPUs for its own work (another Estimator, XShards tasks on
+            Ray, a Ray Dataset, a Tune trainable), when this time passes, and when the
             context stops; ``orca.core.release_warm_workers()`` ends them at once. 0 ends the
             workers at ``shutdown()``. Applies to frameworks whose runner can be set up again in
             the same process (PyTorch). Like Spark's reused Python workers, a warm worker keeps the

@@ -19,8 +19,8 @@ process (``Runner.reuses_process``) parks its set-up-free actors for
 ``OrcaSettings.warm_workers_s``; the next group of the same runner class, worker count and
 threads takes them (a ping proves them alive) and only sets up and rendezvouses, instead of
 starting processes and importing the framework. Parked actors hold their Ray CPUs, so any other
-launch, a Ray Dataset materialization, the time limit, ``release_warm_workers()`` and the
-context's stop end them.
+launch, Orca's own Ray tasks (``orca.core.data._ray.remote``), a Ray Dataset materialization, a
+Tune trainable, the time limit, ``release_warm_workers()`` and the context's stop end them.
 """
 
 from __future__ import annotations
