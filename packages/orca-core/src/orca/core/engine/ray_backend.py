@@ -32,7 +32,7 @@ import threading
 import time
 import weakref
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -343,6 +343,13 @@ def _kill_actors(actors: Sequence[Any]) -> None:
             pass
 
 
+class _Parked(NamedTuple):
+    kind: tuple[Any, ...]
+    actors: list[Any]
+    nodes: list[str | None]
+    timer: threading.Timer
+
+
 class _Parking:
     """The actors of the last Estimator shut down, kept warm for the next group of their kind.
 
@@ -352,27 +359,32 @@ class _Parking:
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._parked: tuple[tuple[Any, ...], list[Any], list[str | None], threading.Timer] | None = None
+        self._parked: _Parked | None = None
 
-    def park(self, key: tuple[Any, ...], actors: list[Any], nodes: list[str | None], keep_s: float) -> None:
+    def park(self, kind: tuple[Any, ...], actors: list[Any], nodes: list[str | None], keep_s: float) -> None:
         timer = threading.Timer(keep_s, self._expire)
         timer.daemon = True
         with self._lock:
-            old, self._parked = self._parked, (key, actors, nodes, timer)
+            old, self._parked = self._parked, _Parked(kind, actors, nodes, timer)
             timer.start()
         self._end(old)
 
-    def take(self, key: tuple[Any, ...]) -> tuple[list[Any], list[str | None]] | None:
-        """The parked actors and their nodes when they are of ``key``'s kind (else end them)."""
+    def take(self, kind: tuple[Any, ...], ping_s: float = 10.0) -> tuple[list[Any], list[str | None]] | None:
+        """The parked actors and their nodes when they are of ``kind`` and all answer a ping within
+        ``ping_s`` (else they end)."""
         with self._lock:
             parked, self._parked = self._parked, None
         if parked is None:
             return None
-        if parked[0] != key:
-            self._end(parked)
-            return None
-        parked[3].cancel()
-        return parked[1], parked[2]
+        parked.timer.cancel()
+        if parked.kind == kind:
+            try:
+                _ray().get([a.ping.remote() for a in parked.actors], timeout=ping_s)
+                return parked.actors, parked.nodes
+            except Exception:  # noqa: BLE001 - one is dead, or its node is gone: start afresh
+                pass
+        self._end(parked)
+        return None
 
     def release(self) -> int:
         """End the parked actors now; return how many there were."""
@@ -383,19 +395,19 @@ class _Parking:
     def _expire(self) -> None:
         with self._lock:
             parked = self._parked
-            if parked is None or parked[3] is not threading.current_thread():
+            if parked is None or parked.timer is not threading.current_thread():
                 return
             self._parked = None
-        log.debug("ending %d warm Ray workers: no Estimator took them in time", len(parked[1]))
+        log.debug("ending %d warm Ray workers: no Estimator took them in time", len(parked.actors))
         self._end(parked)
 
     @staticmethod
-    def _end(parked: tuple[tuple[Any, ...], list[Any], list[str | None], threading.Timer] | None) -> int:
+    def _end(parked: _Parked | None) -> int:
         if parked is None:
             return 0
-        parked[3].cancel()
-        _kill_actors(parked[1])
-        return len(parked[1])
+        parked.timer.cancel()
+        _kill_actors(parked.actors)
+        return len(parked.actors)
 
 
 _PARKING = _Parking()
@@ -520,30 +532,25 @@ class RayWorkerGroup(WorkerGroup):
         runtime = ctx.ray_runtime_now()  # nodes lost since the last start are not counted
         ray = _ray()
         trial = trial_worker_bundles()
-        warm = _PARKING.take(self._kind()) if trial is None else None
-        if warm is None and trial is not None:
+        if trial is not None:
             release_parked()  # the trial's placement group has the CPUs; parked actors hold others
-        if warm is not None and self._alive(warm[0]):
-            self.actors, self.actor_nodes = warm
-            self._starting = [a.address.remote() for a in self.actors]
-            self.loaded_version = None
-            _LIVE.add(self)
-            return
+        warm = _PARKING.take(self._kind()) if trial is None else None
         if warm is not None:
-            _kill_actors(warm[0])
-        if trial is None:
-            self._check_room(runtime)
-            self.actor_nodes = _plan_nodes(self.num_workers, self.threads)
-            options = [_on_node(node) for node in self.actor_nodes]
-        else:  # a Tune trial: each worker in a bundle of the trial's placement group
-            from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+            self.actors, self.actor_nodes = warm
+        else:
+            if trial is None:
+                self._check_room(runtime)
+                self.actor_nodes = _plan_nodes(self.num_workers, self.threads)
+                options = [_on_node(node) for node in self.actor_nodes]
+            else:  # a Tune trial: each worker in a bundle of the trial's placement group
+                from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
-            pg, bundles = trial
-            self.actor_nodes = [None] * self.num_workers
-            options = [{"scheduling_strategy": PlacementGroupSchedulingStrategy(pg, placement_group_bundle_index=i)}
-                       for i, _ in bundles[:self.num_workers]]
-        worker_cls = ray.remote(num_cpus=self.threads, max_concurrency=2)(_Worker)
-        self.actors = [worker_cls.options(**o).remote(self.threads) for o in options]
+                pg, bundles = trial
+                self.actor_nodes = [None] * self.num_workers
+                options = [{"scheduling_strategy": PlacementGroupSchedulingStrategy(pg, placement_group_bundle_index=i)}
+                           for i, _ in bundles[:self.num_workers]]
+            worker_cls = ray.remote(num_cpus=self.threads, max_concurrency=2)(_Worker)
+            self.actors = [worker_cls.options(**o).remote(self.threads) for o in options]
         self._starting = [a.address.remote() for a in self.actors]
         self.loaded_version = None
         _LIVE.add(self)
@@ -555,16 +562,6 @@ class RayWorkerGroup(WorkerGroup):
         ctx = OrcaContext.active()
         return (ctx.context_id if ctx is not None else None, self.runner_cls.__module__,
                 self.runner_cls.__qualname__, self.num_workers, self.threads)
-
-    @staticmethod
-    def _alive(actors: list[Any], timeout_s: float = 10.0) -> bool:
-        """Whether every actor answers a ping within ``timeout_s``."""
-        ray = _ray()
-        try:
-            ray.get([a.ping.remote() for a in actors], timeout=timeout_s)
-            return True
-        except Exception:  # noqa: BLE001 - dead, or its node is gone
-            return False
 
     def _check_room(self, runtime: Any) -> None:
         """Raise unless the Ray cluster has (and has free) the CPUs the workers need."""
@@ -795,7 +792,7 @@ class RayWorkerGroup(WorkerGroup):
         ctx = OrcaContext.active()
         keep_s = ctx.settings.warm_workers_s if ctx is not None else 0.0
         if (not self.actors or self._starting is not None or keep_s <= 0
-                or not getattr(self.runner_cls, "reuses_process", False) or trial_worker_bundles() is not None):
+                or not self.runner_cls.reuses_process or trial_worker_bundles() is not None):
             self.shutdown()
             return
         try:
@@ -805,13 +802,16 @@ class RayWorkerGroup(WorkerGroup):
             self.shutdown()
             return
         _PARKING.park(self._kind(), self.actors, list(self.actor_nodes) or [None] * len(self.actors), keep_s)
-        self.actors, self._starting, self.loaded_version, self.actor_nodes = [], None, None, []
-        _LIVE.discard(self)
+        self._forget()
 
     def shutdown(self) -> None:
         """Kill the actors (no wait on a stuck one); the driver keeps the state."""
         if not self.actors:
             return
         _kill_actors(self.actors)
+        self._forget()
+
+    def _forget(self) -> None:
+        """No actors any more (killed or parked)."""
         self.actors, self._starting, self.loaded_version, self.actor_nodes = [], None, None, []
         _LIVE.discard(self)

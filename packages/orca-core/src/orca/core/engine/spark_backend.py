@@ -86,7 +86,7 @@ def _barrier_work(ctx: Any, rank: int, job: dict[str, Any], load: Callable[[], F
         # one on rank 0 for orca.core.sync, which a framework may run beside its own group
         port, sync_port = find_free_ports(2, host)
         rows = feed.num_rows if feed is not None else 0
-        gathered = _gather_ranks(ctx, rank, job, {"port": port, "sync_port": sync_port, "rows": rows})
+        gathered = _gather_ranks(ctx, rank, len(infos), job, {"port": port, "sync_port": sync_port, "rows": rows})
         hosts = [i.address.split(":")[0] or "127.0.0.1" for i in infos]
         counts = [int(g["rows"]) for g in gathered]
         # a Spark Python worker is reused by later tasks: what a runner opens in it (TF's gRPC
@@ -111,7 +111,7 @@ def _barrier_work(ctx: Any, rank: int, job: dict[str, Any], load: Callable[[], F
         close_feeds(*feeds)
 
 
-def _gather_ranks(ctx: Any, rank: int, job: dict[str, Any], mine: dict[str, Any]) -> list[dict[str, Any]]:
+def _gather_ranks(ctx: Any, rank: int, world: int, job: dict[str, Any], mine: dict[str, Any]) -> list[dict[str, Any]]:
     """Every rank's ``mine``, in rank order: through the driver's progress server (the call's
     authenticated channel), or Spark's ``allGather`` where the call has none. ``allGather`` costs
     each rank but the last about a second (the JVM polls the barrier's reply once a second)."""
@@ -120,7 +120,7 @@ def _gather_ranks(ctx: Any, rank: int, job: dict[str, Any], mine: dict[str, Any]
         return [json.loads(m) for m in ctx.allGather(json.dumps(mine))]
     key = f"fit-{ctx.stageId()}-{ctx.attemptNumber()}"  # a re-run stage meets apart
     timeout_s = backstop_s(float(job["spec"].get("timeout_s", 600.0)))
-    return [dict(g) for g in gather(beat_to, rank, len(ctx.getTaskInfos()), key, mine, timeout_s)]
+    return [dict(g) for g in gather(beat_to, rank, world, key, mine, timeout_s)]
 
 
 @contextlib.contextmanager
