@@ -21,7 +21,7 @@ import pytest
 from orca.core.data import read_parquet
 from orca.core.data._parquet import BATCH_ROWS, ParquetOrigin, Piece, parquet_origin
 from orca.core.engine.adapters import get_data_source
-from orca.core.engine.sources import ParquetShardsSource, WorkerRead
+from orca.core.engine.sources import FileShardsSource, WorkerRead
 from orca.core.engine.spill import DiskFeed
 from orca.core.testing.conformance import NUM_FEATURES, TRUE_W
 from orca.core.testing.spill import SpillProbe
@@ -85,7 +85,7 @@ def test_the_row_count_comes_from_the_footers_not_the_data(tmp_path: Path) -> No
 
     shards = read_parquet(str(path), backend="local")
     source = get_data_source(shards, **KW, need_labels=True)
-    assert isinstance(source, ParquetShardsSource)
+    assert isinstance(source, FileShardsSource)
     assert source.num_rows == 1000
     assert shards.num_rows_per_partition() == [1000] and shards.num_partitions() == 1
     assert [p.rows for p in source.origin.pieces] == [256, 256, 256, 232]
@@ -141,7 +141,7 @@ def test_read_parquet_keeps_its_frames_and_a_transform_forgets_the_row_groups(tm
     assert len(shards) == 40 and shards.num_rows_per_partition() == [25, 15]
     moved = shards.transform_shard(lambda df: df.assign(y=df["y"] * 2))
     assert parquet_origin(moved) is None and parquet_origin(shards) is not None
-    assert not isinstance(get_data_source(moved, **KW, need_labels=True), ParquetShardsSource)
+    assert not isinstance(get_data_source(moved, **KW, need_labels=True), FileShardsSource)
     np.testing.assert_allclose(pd.concat(moved.collect())["y"], y * 2)
     # arguments that change the rows: read as before, without row groups
     filtered = read_parquet(str(tmp_path), backend="local", filters=[("y", ">", 0.0)])

@@ -53,7 +53,9 @@ class NumpyLinearRunner(Runner):
         self.w, self.b = self.broadcast_arrays([self.w, self.b])
         self.lr = float(self.config.get("lr", 0.05))
 
-    def _predict(self, x: np.ndarray) -> np.ndarray:
+    def _predict(self, x: np.ndarray | list[np.ndarray]) -> np.ndarray:
+        if isinstance(x, list):  # one input per column (read_csv's columns): the row is the columns side by side
+            x = x[0] if len(x) == 1 else np.stack(x, axis=1)
         if x.ndim != 2 or x.shape[1] != NUM_FEATURES:
             raise ValueError(f"the model takes rows of {NUM_FEATURES} features, got shape {x.shape}.")
         return x.astype(np.float64) @ self.w + self.b[0]
@@ -61,7 +63,7 @@ class NumpyLinearRunner(Runner):
     def train_batch(self, batch: Batch, skip_non_finite: bool = False) -> float | None:
         grad_w, grad_b, loss = np.zeros_like(self.w), np.zeros(1), 0.0
         if batch.size:
-            x, y = batch.x[0], batch.y[0].reshape(-1)
+            x, y = batch.x[0] if len(batch.x) == 1 else np.stack(batch.x, axis=1), batch.y[0].reshape(-1)
             err = self._predict(x) - y
             loss = float(np.mean(err ** 2))
             grad_w = 2 * x.T @ err / batch.size * batch.weight  # weighted: the mean is the global batch's
@@ -75,11 +77,11 @@ class NumpyLinearRunner(Runner):
         return loss
 
     def eval_batch(self, batch: Batch) -> tuple[float, list[np.ndarray]]:
-        pred = self._predict(batch.x[0])
+        pred = self._predict(batch.x)
         return float(np.mean((pred - batch.y[0].reshape(-1)) ** 2)), [pred.reshape(-1, 1)]
 
     def predict_batch(self, batch: Batch) -> list[np.ndarray]:
-        return [self._predict(batch.x[0]).reshape(-1, 1).astype(np.float32)]
+        return [self._predict(batch.x).reshape(-1, 1).astype(np.float32)]
 
     def optimizer_params(self) -> dict[str, Any]:
         return {"optimizer": "GradientDescent", "lr": self.lr, "schedule": None}  # (None: not a run parameter)

@@ -17,9 +17,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
-from orca.core.data._local import LocalXShards
-from orca.core.data._ray import RayXShards
-from orca.core.data._spark import SparkXShards
+from orca.core.data._origin import balanced_cuts, file_origin, first_lacking
 
 #: rows of one Arrow record batch a worker reads at a time (Spark's ``maxRecordsPerBatch``)
 BATCH_ROWS = 10_000
@@ -58,6 +56,10 @@ class ParquetOrigin:
     schemas: tuple[tuple[str, tuple[tuple[str, Any], ...]], ...]
     group_rows: tuple[int, ...]
 
+    #: what the files are, and the reader they came from (in messages)
+    kind = "Parquet"
+    reader = "read_parquet"
+
     @property
     def num_rows(self) -> int:
         """Rows of all files (from their footers)."""
@@ -75,12 +77,7 @@ class ParquetOrigin:
 
     def missing(self, names: Sequence[str]) -> tuple[str, list[str], list[str]] | None:
         """``(file, names it lacks, its columns)`` for the first file lacking one of ``names``."""
-        for path, fields in self.schemas:
-            have = [n for n, _ in fields]
-            lacking = [n for n in names if n not in have]
-            if lacking:
-                return path, lacking, have
-        return None
+        return first_lacking([(path, [n for n, _ in fields]) for path, fields in self.schemas], names)
 
     def split(self, world: int) -> list[list[Piece]]:
         """Cut the pieces into ``world`` contiguous runs balanced by rows, at row-group boundaries.
@@ -89,19 +86,26 @@ class ParquetOrigin:
         differs from an even one by at most half a row group; a worker may get none (fewer row
         groups than workers). The lock-step plan takes uneven shares as they are.
         """
-        bounds = [0]
-        for p in self.pieces:
-            bounds.append(bounds[-1] + p.rows)
-        total = bounds[-1]
-        cuts = [0]
-        for k in range(1, world):
-            target = total * k / world
-            i = cuts[-1]
-            while i + 1 < len(bounds) and abs(bounds[i + 1] - target) <= abs(bounds[i] - target):
-                i += 1
-            cuts.append(i)
-        cuts.append(len(self.pieces))
-        return [list(self.pieces[a:b]) for a, b in zip(cuts[:-1], cuts[1:], strict=True)]
+        return [list(self.pieces[a:b]) for a, b in balanced_cuts([p.rows for p in self.pieces], world)]
+
+    @property
+    def empty(self) -> bool:
+        """Whether the files have no row."""
+        return self.num_rows == 0
+
+    @property
+    def num_files(self) -> int:
+        """Files read."""
+        return len(self.schemas)
+
+    @property
+    def num_groups(self) -> int:
+        """Partitions of the XShards."""
+        return len(self.group_rows)
+
+    def batch_reader(self) -> Callable[[Sequence[Piece], Sequence[str]], Iterator[Any]]:
+        """What a worker reads its pieces with: ``reader(pieces, columns)`` -> Arrow batches."""
+        return read_batches
 
 
 def _footer(path: str) -> tuple[list[int], list[tuple[str, Any]]]:
@@ -164,7 +168,7 @@ def read_batches(pieces: Sequence[Piece], columns: Sequence[str], batch_rows: in
 
 def parquet_origin(data: Any) -> ParquetOrigin | None:
     """Where an XShards came from, if it is an untransformed result of ``read_parquet``."""
-    origin = getattr(data, "parquet", None)
+    origin = file_origin(data)
     return origin if isinstance(origin, ParquetOrigin) else None
 
 
@@ -178,76 +182,3 @@ def origin_of(files: Sequence[str], groups: Sequence[Sequence[str]], columns: Se
     group_rows = tuple(sum(per_file.get(f, 0) for f in g) for g in groups)
     return ParquetOrigin(tuple(pieces), tuple(columns) if columns is not None else None, tuple(schemas),
                          group_rows)
-
-
-def spark_shards(rdd: Any, parquet: ParquetOrigin) -> SparkXShards:
-    """A Spark XShards of ``rdd`` (frames read lazily, in Spark tasks) that knows its row groups
-    (its ``parquet`` attribute). Its type stays :class:`SparkXShards`: what is made from it
-    (``transform_shard``, predictions) is an ordinary XShards."""
-    shards = SparkXShards(rdd)
-    shards.parquet = parquet  # type: ignore[attr-defined]
-    return shards
-
-
-class _Counted:
-    """Partition counts from the files' footers, for the lazy XShards below (nothing is read)."""
-
-    parquet: ParquetOrigin
-
-    def num_partitions(self) -> int:
-        """The number of partitions (nothing is read)."""
-        return len(self.parquet.group_rows)
-
-    def num_rows_per_partition(self) -> list[int]:
-        """Rows in each partition, from the files' footers."""
-        return list(self.parquet.group_rows)
-
-
-class ParquetRayXShards(_Counted, RayXShards):
-    """The Ray XShards of ``read_parquet``, knowing their row groups; the Ray tasks that read the
-    frames start when the shards are first used (an Estimator reads the row groups instead).
-
-    Attributes:
-        parquet: the row groups the partitions hold.
-    """
-
-    def __init__(self, start: Callable[[], list[Any]], parquet: ParquetOrigin) -> None:
-        self._start: Callable[[], list[Any]] | None = start
-        self._refs: list[Any] = []
-        self.parquet = parquet
-
-    @property  # type: ignore[override]
-    def refs(self) -> list[Any]:
-        """The ObjectRefs of the frames (the reading tasks start on first use)."""
-        if self._start is not None:
-            self._refs, self._start = list(self._start()), None
-        return self._refs
-
-    @refs.setter
-    def refs(self, value: list[Any]) -> None:
-        self._refs, self._start = list(value), None
-
-
-class ParquetLocalXShards(_Counted, LocalXShards):
-    """The local XShards of ``read_parquet``, knowing their row groups; the frames are read in this
-    process when the shards are first used.
-
-    Attributes:
-        parquet: the row groups the partitions hold.
-    """
-
-    def __init__(self, start: Callable[[], list[Any]], parquet: ParquetOrigin) -> None:
-        self._start: Callable[[], list[Any]] | None = start
-        self._shards: list[Any] = []
-        self.parquet = parquet
-
-    @property  # type: ignore[override]
-    def shards(self) -> list[Any]:
-        """The frames (read on first use)."""
-        if self._start is not None:
-            self._shards, self._start = list(self._start()), None
-        return self._shards
-
-    @shards.setter
-    def shards(self, value: list[Any]) -> None:
-        self._shards, self._start = list(value), None

@@ -24,7 +24,7 @@ from orca.core.engine.sources import (
     RayDatasetSource,
     RayShardsSource,
     SparkShardsSource,
-    parquet_source,
+    file_source,
 )
 
 
@@ -184,8 +184,9 @@ def get_data_source(
             raise ValueError(f"{arg}: columns {missing} not found; the Ray Dataset has columns {names}.")
         return RayDatasetSource(data, fcols, lcols or [])
     if is_xshards(data):
-        # read_parquet's XShards: checked against the files' footers, read by the workers themselves
-        source = parquet_source(data, fcols, lcols, need_labels, arg, allow_strings)
+        # read_parquet's / read_csv's XShards: checked against what the driver read of the files (Parquet
+        # footers, CSV headers and first rows), read by the workers themselves
+        source = file_source(data, fcols, lcols, need_labels, arg, allow_strings)
         if source is not None:
             return source
         # validate the first shard where it lives; only the verdict comes back

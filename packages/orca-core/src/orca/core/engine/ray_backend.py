@@ -52,9 +52,10 @@ from orca.core.engine.group import (
     is_consequence,
     predict_on_worker,
 )
-from orca.core.engine.liveness import Liveness, beat, beating
+from orca.core.engine.liveness import Liveness, backstop_s, beat, beating
 from orca.core.engine.locality import Placement, local_first_slices, plan_actor_nodes
 from orca.core.engine.loop import FitArgs
+from orca.core.engine.progress import gather
 from orca.core.engine.runner import Rendezvous, Runner, make_rendezvous
 from orca.core.engine.sources import DataSource, WorkerRead, release_held
 from orca.core.engine.spill import FeedBuilder, close_feeds, feed_memory_bytes, part_bytes
@@ -78,7 +79,7 @@ def _load_slices(slices: Sequence[Slice], memory_bytes: int | None = None) -> Ro
     ray = _ray()
     if not slices:
         return Feed([], [])
-    if isinstance(slices[0][0], WorkerRead):  # rows this actor reads itself (Parquet row groups)
+    if isinstance(slices[0][0], WorkerRead):  # rows this actor reads itself (files)
         return slices[0][0].load(memory_bytes)
     builder: FeedBuilder[Any] = FeedBuilder(memory_bytes)
     for i in range(0, len(slices), _FETCH_BLOCKS):
@@ -105,6 +106,7 @@ class _Worker:
         os.environ["OMP_NUM_THREADS"] = str(threads)
         self.runner: Runner | None = None
         self.rank: int | None = None
+        self.timeout_s = 600.0
 
     def address(self) -> tuple[str, int, int]:
         """This worker's host, a port for the framework's cluster spec, and one for orca.core.sync."""
@@ -127,6 +129,7 @@ class _Worker:
         def setup() -> None:
             self.rank = rendezvous.rank
             runner_cls, spec = cloudpickle.loads(job_blob)
+            self.timeout_s = float(spec.get("timeout_s", 600.0))
             self.runner = host_runner(runner_cls, spec, rendezvous)
             if state is not None:
                 self.runner.set_state(state)
@@ -136,7 +139,7 @@ class _Worker:
     def set_state(self, state: Any) -> None:
         self._run(lambda: self.runner.set_state(state))  # type: ignore[union-attr]
 
-    def fit(self, slices: list[Slice], val_slices: list[Slice] | None, counts: list[int],
+    def fit(self, slices: list[Slice], val_slices: list[Slice] | None, counts: list[int | None],
             args_blob: bytes, memory_bytes: int | None = None) -> dict[str, Any]:
         import cloudpickle
 
@@ -147,6 +150,10 @@ class _Worker:
                 val = _load_slices(val_slices, memory_bytes) if val_slices else None
                 beat("loaded its data", force=True)
                 try:
+                    if None in counts:  # files only reading counts (CSV): the ranks meet on their rows
+                        assert args.beat_to is not None and feed is not None
+                        counts[:] = gather(args.beat_to, self.rank or 0, len(counts), "fit-rows", feed.num_rows,
+                                           backstop_s(self.timeout_s))
                     return fit_on_worker(self.runner, feed, val, counts, args)  # type: ignore[arg-type]
                 finally:
                     close_feeds(feed, val)
@@ -614,7 +621,7 @@ class RayWorkerGroup(WorkerGroup):
             self.loaded_version = state.version
 
     def _staged(self, state: ModelState, *sources: tuple[DataSource | None, bool]
-                ) -> list[tuple[list[list[Slice]], list[int], Any]]:
+                ) -> list[tuple[list[list[Slice]], list[int | None], Any]]:
         """Launch the actors (if they are not up) and slice each ``(source, need_labels)`` into the
         object store while they start; then wait for them and load ``state``.
 
@@ -638,14 +645,15 @@ class RayWorkerGroup(WorkerGroup):
             raise
         return staged
 
-    def slices(self, source: DataSource | None, need_labels: bool) -> tuple[list[list[Slice]], list[int], Any]:
+    def slices(self, source: DataSource | None, need_labels: bool) -> tuple[list[list[Slice]], list[int | None], Any]:
         """Place ``source`` in the object store and cut it into one row range per worker."""
         if source is None or source.is_creator:
             return [[] for _ in range(self.num_workers)], [0] * self.num_workers, []
         reads = source.worker_reads(self.num_workers, need_labels)
         if reads is not None:  # each actor reads its own rows, in the data's order by rank
             self.last_placement = None
-            return [[(r, 0, r.num_rows)] for r in reads], [r.num_rows for r in reads], []
+            # (a count of None: only reading the files tells; the actors meet on their counts)
+            return [[(r, 0, r.num_rows or 0)] for r in reads], [r.num_rows for r in reads], []
         refs = source.ray_refs(need_labels)
         nodes = self.actor_nodes or [None] * self.num_workers
         slices, self.last_placement = local_first_slices(_located(refs), nodes)

@@ -8,7 +8,7 @@ Estimator asks it to predict where its rows live (:attr:`DataSource.on_executors
 wrap predictions in the container it came in (:meth:`DataSource.with_predictions`).
 
 A source whose workers can read their rows themselves (the Parquet row groups of
-``read_parquet``'s XShards) gives each worker a :class:`WorkerRead` instead
+``read_parquet``'s XShards, the files of ``read_csv``'s) gives each worker a :class:`WorkerRead` instead
 (:meth:`DataSource.worker_reads`): only that small description travels, and the worker streams
 its rows into the same :func:`~orca.core.engine.spill.arrow_feed_builder` a DataFrame's Arrow
 batches go to.
@@ -221,30 +221,38 @@ class LocalShardsSource(ShardsSource):
 
 
 class WorkerRead:
-    """Rows a worker reads itself, where it runs: row groups of Parquet files, as Arrow batches.
+    """Rows a worker reads itself, where it runs: row groups of Parquet files, or CSV / JSON-lines
+    files (or every n-th chunk of them), as Arrow batches.
 
     Small and picklable: this is what travels to the worker instead of its rows.
 
     Args:
-        pieces: the row groups (:class:`orca.core.data._parquet.Piece`), in order.
+        pieces: what to read, in order (:class:`orca.core.data._parquet.Piece`,
+            :class:`orca.core.data._text.TextPiece`).
         feature_cols: input column names.
         label_cols: target column names (empty for prediction).
+        reader: ``reader(pieces, columns)`` -> Arrow batches (the origin's ``batch_reader()``);
+            default: Parquet row groups.
     """
 
-    def __init__(self, pieces: Sequence[Any], feature_cols: Sequence[str], label_cols: Sequence[str]) -> None:
+    def __init__(self, pieces: Sequence[Any], feature_cols: Sequence[str], label_cols: Sequence[str],
+                 reader: Callable[[Sequence[Any], Sequence[str]], Iterator[Any]] | None = None) -> None:
         self.pieces = list(pieces)
         self.feature_cols, self.label_cols = list(feature_cols), list(label_cols)
+        self.reader = reader
 
     @property
-    def num_rows(self) -> int:
-        """Rows to read (from the files' footers)."""
-        return sum(p.rows for p in self.pieces)
+    def num_rows(self) -> int | None:
+        """Rows to read, from the files' metadata (Parquet footers); ``None`` where only reading
+        them tells (CSV, JSON)."""
+        rows = [p.rows for p in self.pieces]
+        return None if any(r is None for r in rows) else sum(rows)
 
     def batches(self) -> Iterator[Any]:
         """The rows as Arrow record batches, in order, with the named columns only."""
         from orca.core.data._parquet import read_batches
 
-        return read_batches(self.pieces, list(dict.fromkeys(self.feature_cols + self.label_cols)))
+        return (self.reader or read_batches)(self.pieces, list(dict.fromkeys(self.feature_cols + self.label_cols)))
 
     def fill(self, memory_bytes: int | None) -> Any:
         """Read the rows into a new :func:`~orca.core.engine.spill.arrow_feed_builder` (in memory up
@@ -265,53 +273,52 @@ class WorkerRead:
         return self.fill(memory_bytes).finish()
 
     def __repr__(self) -> str:
-        return f"WorkerRead({len(self.pieces)} row groups, {self.num_rows} rows)"
+        return f"WorkerRead({len(self.pieces)} pieces, {self.num_rows} rows)"
 
 
-class ParquetShardsSource(ShardsSource):
-    """The XShards of ``read_parquet``, untransformed: each worker reads its own row groups.
+class FileShardsSource(ShardsSource):
+    """The XShards of ``read_parquet``, ``read_csv`` or ``read_json`` (lines), untransformed: each
+    worker reads its own part of the files.
 
-    The row groups are split between the workers by rows, contiguously, at row-group
-    boundaries (:meth:`~orca.core.data._parquet.ParquetOrigin.split`), the same on every
-    launcher. Prediction on the Spark executors (Spark XShards) reads the frames, as before:
-    its result holds them.
+    The files are split between the workers by their origin (Parquet: by rows, contiguously, at
+    row-group boundaries; CSV / JSON: by bytes, at file boundaries), the same on every launcher.
+    Prediction on the Spark executors (Spark XShards) reads the frames, as before: its result
+    holds them.
     """
 
     def __init__(self, obj: Any, feature_cols: Sequence[str], label_cols: Sequence[str]) -> None:
-        from orca.core.data._parquet import ParquetRayXShards, parquet_origin
+        from orca.core.data._origin import LazyRayXShards, file_origin
 
-        origin = parquet_origin(obj)
+        origin = file_origin(obj)
         assert origin is not None
         super().__init__(obj, feature_cols, label_cols, num_rows=origin.num_rows)
         self.origin = origin
         self.on_executors = hasattr(obj, "rdd")  # Spark XShards: predicted where the frames are, as before
-        self.result_backend = "ray" if isinstance(obj, ParquetRayXShards) else "local"
+        self.result_backend = "ray" if isinstance(obj, LazyRayXShards) else "local"
 
     def worker_reads(self, world: int, need_labels: bool) -> list[WorkerRead]:
         fcols, lcols = self.columns(need_labels)
-        return [WorkerRead(pieces, fcols, lcols) for pieces in self.origin.split(world)]
+        reader = self.origin.batch_reader()
+        return [WorkerRead(pieces, fcols, lcols, reader) for pieces in self.origin.split(world)]
 
     def spark_worker_parts(self, spark: Any, world: int, need_labels: bool) -> Any:
         reads = self.worker_reads(world, need_labels)
         return spark.sparkContext.parallelize(list(enumerate(reads)), world)
 
     def spark_parts(self, spark: Any, need_labels: bool) -> Any:
-        # evaluation and prediction need no barrier: one task per slot, each reading its row groups
-        slots = max(1, min(spark.sparkContext.defaultParallelism, len(self.origin.pieces)))
+        # evaluation and prediction need no barrier: one task per slot, each reading its share
+        slots = max(1, spark.sparkContext.defaultParallelism)
         reads = [r for r in self.worker_reads(slots, need_labels) if r.pieces]
         return spark.sparkContext.parallelize(reads, max(1, len(reads)))
 
     def ray_refs(self, need_labels: bool) -> list[tuple[Any, int]]:
-        raise TypeError("the workers read Parquet row groups themselves (worker_reads); no parts go to Ray.")
+        raise TypeError("the workers read the files themselves (worker_reads); no parts go to Ray.")
 
     def example_features(self, rows: int = 2) -> list[np.ndarray] | None:
         fcols, _ = self.columns(False)
-        if not self.origin.pieces:
-            return None
-        from orca.core.data._parquet import read_batches
-
-        batch = next(read_batches(self.origin.pieces[:1], fcols, batch_rows=rows))
-        return table_to_part(batch, fcols, [])["x"]
+        pieces = [p for share in self.origin.split(1) for p in share]
+        batch = next(iter(self.origin.batch_reader()(pieces, fcols, batch_rows=rows)), None)
+        return table_to_part(batch, fcols, [])["x"] if batch is not None else None
 
     def predict_on_executors(self, runner_cls: Any, spec: dict[str, Any], state: Any, batch_size: int,
                              output_cols: Sequence[str] | None, threads: int) -> Any:
@@ -333,26 +340,29 @@ def _streamable(arrow_type: Any, allow_strings: bool) -> bool:
     return bool(pa.types.is_integer(t) or pa.types.is_floating(t) or pa.types.is_boolean(t))
 
 
-def parquet_source(data: Any, feature_cols: list[str] | None, label_cols: list[str] | None, need_labels: bool,
-                   arg: str, allow_strings: bool = False) -> ParquetShardsSource | None:
-    """A :class:`ParquetShardsSource` for ``read_parquet``'s untransformed XShards, checked on the
-    driver against the files' schemas; ``None`` for any other data, or for columns of a type the
-    workers cannot stream (the frames are read as before, and checked as any pandas XShards).
+def file_source(data: Any, feature_cols: list[str] | None, label_cols: list[str] | None, need_labels: bool,
+                arg: str, allow_strings: bool = False) -> FileShardsSource | None:
+    """A :class:`FileShardsSource` for the untransformed XShards of ``read_parquet``, ``read_csv`` or
+    ``read_json`` (lines), checked on the driver against what was read of the files there
+    (Parquet footers; CSV headers and first rows); ``None`` for any other data, or for columns of
+    a type the workers cannot stream (the frames are read as before, and checked as any pandas
+    XShards).
 
     Raises:
         ValueError: no ``feature_cols`` (or ``label_cols`` where needed), a column a file lacks
             (named, with the file's columns), or files without rows.
     """
-    from orca.core.data._parquet import parquet_origin
+    from orca.core.data._origin import file_origin
 
-    origin = parquet_origin(data)
+    origin = file_origin(data)
     if origin is None:
         return None
+    reader, kind = origin.reader, origin.kind
     if not feature_cols:
-        raise ValueError(f"{arg} is an XShards of pandas DataFrames (read_parquet): give feature_cols=[...] "
+        raise ValueError(f"{arg} is an XShards of pandas DataFrames ({reader}): give feature_cols=[...] "
                          "naming the input column(s).")
     if need_labels and not label_cols:
-        raise ValueError(f"{arg}: no labels; give label_cols=[...] naming the target column(s) of the Parquet "
+        raise ValueError(f"{arg}: no labels; give label_cols=[...] naming the target column(s) of the {kind} "
                          "files.")
     labels = label_cols or []
     missing = origin.missing(feature_cols + labels)
@@ -360,16 +370,17 @@ def parquet_source(data: Any, feature_cols: list[str] | None, label_cols: list[s
         path, lacking, have = missing
         roles = ["feature" if c in feature_cols else "label" for c in lacking]
         named = ", ".join(f"{r} column {c!r}" for r, c in zip(roles, lacking, strict=True))
-        read_with = f" (read with columns={list(origin.columns)})" if origin.columns is not None else ""
-        raise ValueError(f"{arg}: {named} not found; the Parquet file {path!r} has columns {have}{read_with}. "
-                         "Fix feature_cols/label_cols" + (" or read_parquet's columns=" if read_with else "") + ".")
-    if origin.num_rows == 0:
-        raise ValueError(f"{arg} is empty (0 rows in its {len(origin.schemas)} Parquet file(s)); pass files with "
-                         "at least one row.")
+        option = "columns" if kind == "Parquet" else "usecols"
+        read_with = f" (read with {option}={list(origin.columns)})" if origin.columns is not None else ""
+        raise ValueError(f"{arg}: {named} not found; the {kind} file {path!r} has columns {have}{read_with}. "
+                         "Fix feature_cols/label_cols" + (f" or {reader}'s {option}=" if read_with else "") + ".")
+    if origin.empty:
+        raise ValueError(f"{arg} is empty (0 rows in its {origin.num_files} {kind} file(s)); pass files with at "
+                         "least one row.")
     types = origin.column_types()
     if not all(_streamable(types[c], allow_strings and c in feature_cols) for c in feature_cols + labels):
         return None
-    return ParquetShardsSource(data, feature_cols, labels)
+    return FileShardsSource(data, feature_cols, labels)
 
 
 class ArraySource(DataSource):

@@ -367,7 +367,7 @@ class SparkWorkerGroup(WorkerGroup):
                 builders: list[FeedBuilder[Any]] = [FeedBuilder(job["feed_memory_bytes"]) for _ in range(2)]
                 for tag, part in items:
                     beat("loading its data")
-                    if isinstance(part, WorkerRead):  # rows this task reads itself (Parquet row groups)
+                    if isinstance(part, WorkerRead):  # rows this task reads itself (files)
                         builders[tag] = part.fill(job["feed_memory_bytes"])
                         continue
                     builders[tag].add(part, part_bytes(part))
@@ -463,7 +463,7 @@ class SparkWorkerGroup(WorkerGroup):
             def load() -> Rows:
                 builder: FeedBuilder[Any] = FeedBuilder(memory_bytes)
                 for part in items:
-                    if isinstance(part, WorkerRead):  # rows this task reads itself (Parquet row groups)
+                    if isinstance(part, WorkerRead):  # rows this task reads itself (files)
                         builder = part.fill(memory_bytes)
                         continue
                     builder.add(part, part_bytes(part))
