@@ -23,20 +23,11 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from harness import horovod_missing  # noqa: E402 - after the path
+
 MB = 1 << 20
 SIZES_MB = {True: [1, 4, 16, 64], False: [1, 4, 16, 64, 256]}
 WORLDS = {True: [2], False: [2, 4]}
-
-
-def horovod_missing() -> str | None:
-    """Why Horovod's rows have no numbers here, or None when ``horovod.torch`` imports."""
-    from orca.core.horovod_install import COMMAND
-
-    try:
-        import horovod.torch  # noqa: F401
-    except (ImportError, OSError):  # OSError: a build whose torch extension does not load
-        return f"horovod not installed: {COMMAND.format(framework='torch')}"
-    return None
 
 
 def _start_horovod(rank: int, world: int, ports: tuple[int, ...], group: Any) -> tuple[Any, Any]:

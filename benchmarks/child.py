@@ -40,24 +40,13 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import cloudpickle
 import common
-from harness import cached_df
+from harness import cached_df, horovod_missing
 from torch import nn
 
 # common.py is not installed on the workers: its model and optimizer travel by value.
 cloudpickle.register_pickle_by_value(common)
 
 BACKENDS = ("ray", "spark", "bigdl", "horovod")
-
-
-def horovod_missing() -> str | None:
-    """Why the ``horovod`` backend cannot train here (the row's note), or None when ``horovod.torch`` imports."""
-    from orca.core.horovod_install import COMMAND
-
-    try:
-        import horovod.torch  # noqa: F401
-    except (ImportError, OSError):  # OSError: a build whose torch extension does not load
-        return f"horovod not installed: {COMMAND.format(framework='torch')}"
-    return None
 
 
 def main() -> None:

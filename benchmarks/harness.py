@@ -226,3 +226,15 @@ def fmt(v: Any, digits: int = 0) -> str:
     if isinstance(v, (int, float)):
         return f"{v:,.{digits}f}"
     return str(v)
+
+
+def horovod_missing() -> str | None:
+    """Why the ``horovod`` backend and Horovod's rows have no numbers here (the rows' note), or None
+    when ``horovod.torch`` imports (it imports torch: call it where torch may be imported)."""
+    from orca.core.horovod_install import COMMAND
+
+    try:
+        import horovod.torch  # noqa: F401
+    except (ImportError, OSError):  # OSError: a build whose torch extension does not load
+        return f"horovod not installed: {COMMAND.format(framework='torch')}"
+    return None

@@ -8,8 +8,9 @@ DataFrame; every measurement reads those files (``spark.read.parquet``: 2 partit
 
 The model: Linear 256 -> 1, MSE, SGD, global batch 256, 2 workers x 1 intra-op thread, 2 epochs.
 
-- ``orca-<backend>`` for ``spark``, ``bigdl`` and ``ray`` (the partitions go to the Ray actors
-  through Ray's object store), each with the share in memory (the default) and streamed to
+- ``orca-<backend>`` for ``spark``, ``bigdl``, ``ray`` (the partitions go to the Ray actors
+  through Ray's object store) and ``horovod`` (Ray actors as ``ray``, Horovod's all-reduce; only
+  where ``horovod.torch`` imports, else its rows say how to install it), each with the share in memory (the default) and streamed to
   local disk (``worker_data_memory_mb=8``, below every share; 1 in the quick run, whose x1 share is
   4 MB; docs/data-and-memory.md).
 - ``torch-distributor`` and ``ray-train``: see ``memory_peers.py``.
@@ -66,7 +67,7 @@ from memory_peers import (
 
 DISK_MB = 8.0  # worker_data_memory_mb of the disk path: far below every share here (16 MB at x1)
 QUICK_DISK_MB = 1.0  # the quick run's x1 share is 4 MB
-ORCA = ("orca-spark", "orca-bigdl", "orca-ray")
+ORCA = ("orca-spark", "orca-bigdl", "orca-ray", "orca-horovod")
 PEERS = ("torch-distributor", "ray-train")
 SYSTEMS = (*ORCA, *PEERS)
 REPEATS = 3  # of the data path's jobs
@@ -289,7 +290,7 @@ def petastorm_note() -> str:
 def measure(base_rows: int, scales: list[int], systems: list[str], disk_mb: float = DISK_MB,
             log: Any = print) -> dict[str, Any]:
     """Every (system, mode, scale) and the data path at each scale, each in its own process."""
-    from harness import run_child
+    from harness import horovod_missing, run_child
 
     res: dict[str, Any] = {"base_rows": base_rows, "width": WIDTH, "disk_mb": disk_mb, "scales": scales,
                            "runs": [], "data": {}, "petastorm": petastorm_note()}
@@ -309,6 +310,10 @@ def measure(base_rows: int, scales: list[int], systems: list[str], disk_mb: floa
             log(f"  {'data path':18} x{s:<3} " + ("FAILED: " + dp["error"] if "error" in dp else "  ".join(
                 f"{k} {v:,.0f} rows/s" for k, v in dp["rows_per_s"].items())))
             for system in systems:
+                if system == "orca-horovod" and (why := horovod_missing()):
+                    res["runs"] += [{"system": system, "mode": m, "scale": s, "error": why} for m in ("memory", "disk")]
+                    log(f"  {system:18} x{s:<3} n/a: {why}")
+                    continue
                 for mode in ("memory", "disk") if system in ORCA else ("-",):
                     out = run_child("memory.py", ["--one", system, str(rows), str(disk_mb if mode == "disk" else -1),
                                                   path], child_timeout_s(s))

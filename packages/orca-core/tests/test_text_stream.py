@@ -24,6 +24,7 @@ from orca.core.engine.spill import DiskFeed
 from orca.core.testing.conformance import NUM_FEATURES, TRUE_W
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from test_parquet_stream import _frames_built  # noqa: E402 - frames built of an XShards, so far
 from test_toy_framework import NumpyEstimator  # noqa: E402 - the toy framework of orca-core's tests
 
 cloudpickle.register_pickle_by_value(sys.modules[__name__])  # the workers cannot import a test module
@@ -203,14 +204,6 @@ def test_bad_columns_and_files_fail_on_the_driver_naming_them(orca_context: Any,
 
 
 # ---------------------------------------------------------------- both launchers
-
-
-def _frames_built(shards: Any, spark: Any) -> int:
-    """Partitions of ``shards`` whose pandas frames were built (and cached) anywhere so far."""
-    if hasattr(shards, "rdd"):
-        infos = spark.sparkContext._jsc.sc().getRDDStorageInfo()
-        return sum(int(i.numCachedPartitions()) for i in infos if i.id() == shards.rdd.id())
-    return shards.num_partitions() if shards._start is None else 0
 
 
 @pytest.mark.timeout(420)
