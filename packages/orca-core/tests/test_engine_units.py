@@ -8,7 +8,7 @@ import pytest
 
 from orca.core.engine.adapters import get_data_source
 from orca.core.engine.callbacks import latest_checkpoint
-from orca.core.engine.convert import arrow_column_to_numpy, check_class_indices, shard_to_part
+from orca.core.engine.convert import arrow_column_to_numpy, check_class_indices, check_finite, shard_to_part
 from orca.core.engine.feed import Feed, balanced_slices, split_sizes, steps_per_epoch
 from orca.core.engine.history import History
 from orca.core.engine.metrics import AUC, MAE, MSE, Accuracy, make_metrics, merge_states
@@ -102,6 +102,34 @@ def test_arrow_columns_become_shaped_arrays():
         arrow_column_to_numpy(pa.array([[1.0], [1.0, 2.0]]), "ragged")
     with pytest.raises(ValueError, match="null"):
         arrow_column_to_numpy(pa.array([1.0, None]), "gaps")
+
+
+def test_a_column_of_several_batches_is_joined_by_one_copy_into_a_writable_array() -> None:
+    """The batches a worker holds become one numpy array per column by a single copy (each batch a
+    view, then joined): the values, in order, writable (a model may write into its batches);
+    batches of different row shapes, or a null in any, are refused naming the column."""
+    chunks = [pa.array([[float(i), float(i) + 0.5] for i in range(n, n + 3)]) for n in (0, 3, 6)]
+    got = arrow_column_to_numpy(pa.chunked_array(chunks), "v")
+    np.testing.assert_array_equal(got, [[i, i + 0.5] for i in range(9)])
+    assert got.flags.writeable and got.flags.owndata
+    with pytest.raises(ValueError, match=r"column 'v' holds arrays of different shapes \(\(1,\)\.\.\(2,\)\)"):
+        arrow_column_to_numpy(pa.chunked_array([pa.array([[1.0, 2.0]]), pa.array([[1.0]])]), "v")
+    with pytest.raises(ValueError, match="column 'n' has 1 null"):
+        arrow_column_to_numpy(pa.chunked_array([pa.array([1.0]), pa.array([None, 2.0])]), "n")
+
+
+def test_finite_checks_find_nan_and_inf_but_not_finite_values_whose_sum_overflows() -> None:
+    big = np.full(4, np.finfo(np.float32).max, np.float32)  # finite; their float32 sum is inf
+    check_finite({"x": [big], "y": [np.zeros(4)]}, "data", ["x"], ["y"])
+    for bad in (np.nan, np.inf, -np.inf):
+        x = np.ones((5, 3))
+        x[3, 1] = bad
+        with pytest.raises(ValueError, match=r"data: feature column 'x' holds 1 NaN/Inf value\(s\) \(the first in "
+                                             r"row 3\)"):
+            check_finite({"x": [x], "y": [np.zeros(5)]}, "data", ["x"], ["y"])
+    both = np.array([np.inf, -np.inf, 1.0])  # their sum is NaN
+    with pytest.raises(ValueError, match=r"label column 'y' holds 2 NaN/Inf"):
+        check_finite({"x": [np.ones(3)], "y": [both]}, "data", ["x"], ["y"])
 
 
 def test_pandas_and_dict_shards_become_parts():

@@ -24,6 +24,14 @@ def arrow_column_to_numpy(col: pa.Array | pa.ChunkedArray, name: str) -> np.ndar
         ValueError: list rows of different lengths, or nulls.
     """
     if isinstance(col, pa.ChunkedArray):
+        if col.num_chunks > 1 and not isinstance(col.type, pa.ExtensionType):
+            # each chunk as a view, joined by one copy (combine_chunks, then a copy to numpy, made two)
+            parts = [arrow_column_to_numpy(c, name) for c in col.chunks]
+            shapes = sorted({p.shape[1:] for p in parts})
+            if len(shapes) > 1:
+                raise ValueError(f"column {name!r} holds arrays of different shapes ({shapes[0]}..{shapes[-1]}); "
+                                 "every row must have the same shape.")
+            return np.concatenate(parts)
         col = col.combine_chunks() if col.num_chunks != 1 else col.chunk(0)
     if col.null_count:
         raise ValueError(
@@ -162,7 +170,9 @@ def check_finite(part: Part, where: str, feature_names: Sequence[str] | None = N
     """
     for kind, names in (("x", feature_names), ("y", label_names)):
         for i, a in enumerate(part[kind]):
-            if a.dtype.kind not in "fc" or np.isfinite(a).all():
+            # a finite sum means finite values (NaN and Inf carry into it) and takes no memory; only a sum
+            # that is not (a NaN, an Inf, or finite values overflowing it) needs the element-wise look
+            if a.dtype.kind not in "fc" or np.isfinite(a.sum()) or np.isfinite(a).all():
                 continue
             bad = ~np.isfinite(a)
             first = int(np.argwhere(bad.reshape(len(a), -1).any(axis=1))[0][0])

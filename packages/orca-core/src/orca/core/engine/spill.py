@@ -204,7 +204,10 @@ def arrow_feed_builder(feature_cols: Sequence[str], label_cols: Sequence[str], m
     def to_feed(batches: list[Any]) -> Feed:
         if not batches:
             return Feed([], [])
-        return Feed.concat([table_to_part(pa.Table.from_batches(batches), feature_cols, label_cols)])
+        part = table_to_part(pa.Table.from_batches(batches), feature_cols, label_cols)
+        # one copy of the rows: a column of several batches was joined into a new array already; a
+        # view of one batch's Arrow buffer (read-only) is copied
+        return Feed(*([a if a.flags.writeable else a.copy() for a in part[k]] for k in ("x", "y")))
 
     return FeedBuilder(memory_bytes, to_feed, lambda b: table_to_part(b, feature_cols, label_cols))
 
