@@ -11,36 +11,14 @@ per backend (the lock-step split between workers of a streamed share has its own
 minute per backend); benchmarks/memory_limit.py runs 2 workers with such shares.
 """
 
-import json
-import subprocess
-import sys
-from pathlib import Path
-
 import memory_limit_job as job
-import numpy as np
 import pytest
 
+from orca.core.testing.memory_limit import check_job
+
 LIMIT_MB = 1300
-SHARE_MB = 3 * LIMIT_MB
 
 
 @pytest.mark.timeout(540)
 def test_a_share_over_sparks_python_memory_limit_streams_and_trains_the_one_process_model(tmp_path):
-    out = tmp_path / "fit.json"
-    proc = subprocess.run([sys.executable, str(Path(job.__file__)), str(out), "--limit-mb", str(LIMIT_MB),
-                           "--share-mb", str(SHARE_MB), "--workers", "1", "--backends", "spark,bigdl"],
-                          capture_output=True, text=True, timeout=480)
-    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-4000:]
-    res = json.loads(out.read_text())
-    share_mb = res["share_mb"]
-    assert share_mb >= 3 * LIMIT_MB  # each worker's share is three times its whole address space
-    weight, bias = job.replay(res["rows_per_part"], res["workers"])
-    for backend in ("spark", "bigdl"):
-        fit = res["fits"][backend]
-        for rank in fit["ranks"]:
-            assert rank["limit_mb"] == LIMIT_MB  # Spark applied the limit to the worker that trained
-            assert rank["vm_peak_mb"] <= LIMIT_MB
-        # the share went to disk: the worker's local directory held it while it trained
-        assert fit["ranks"][0]["on_disk_mb"] >= share_mb * 0.99
-        np.testing.assert_allclose(fit["weight"], weight, rtol=0, atol=1e-6)
-        assert fit["bias"] == pytest.approx(bias, abs=1e-6)
+    check_job(job, tmp_path / "fit.json", LIMIT_MB, ["spark", "bigdl"], timeout_s=480)

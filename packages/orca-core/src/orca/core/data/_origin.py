@@ -82,6 +82,24 @@ class _Counted:
         return super().num_rows_per_partition()  # type: ignore[misc]
 
 
+def _read_on_first_use(field: str, doc: str) -> Any:
+    """A property over ``self._<field>``: the first get runs ``self._start()`` (the tasks or reads
+    that make the partitions) and keeps its result; a set replaces it (nothing is read then)."""
+    slot = "_" + field
+
+    def get(self: Any) -> list[Any]:
+        if self._start is not None:
+            setattr(self, slot, list(self._start()))
+            self._start = None
+        return getattr(self, slot)
+
+    def set_(self: Any, value: list[Any]) -> None:
+        setattr(self, slot, list(value))
+        self._start = None
+
+    return property(get, set_, doc=doc)
+
+
 class LazyRayXShards(_Counted, RayXShards):
     """Ray XShards of files that know their origin; the Ray tasks that read the frames start when
     the shards are first used (an Estimator's workers read the files instead).
@@ -90,21 +108,12 @@ class LazyRayXShards(_Counted, RayXShards):
         origin: the files the partitions hold.
     """
 
+    refs = _read_on_first_use("refs", "The ObjectRefs of the frames (the reading tasks start on first use).")
+
     def __init__(self, start: Callable[[], list[Any]], origin: Any) -> None:
         self._start: Callable[[], list[Any]] | None = start
         self._refs: list[Any] = []
         self.origin = origin
-
-    @property  # type: ignore[override]
-    def refs(self) -> list[Any]:
-        """The ObjectRefs of the frames (the reading tasks start on first use)."""
-        if self._start is not None:
-            self._refs, self._start = list(self._start()), None
-        return self._refs
-
-    @refs.setter
-    def refs(self, value: list[Any]) -> None:
-        self._refs, self._start = list(value), None
 
 
 class LazyLocalXShards(_Counted, LocalXShards):
@@ -115,18 +124,9 @@ class LazyLocalXShards(_Counted, LocalXShards):
         origin: the files the partitions hold.
     """
 
+    shards = _read_on_first_use("shards", "The frames (read on first use).")
+
     def __init__(self, start: Callable[[], list[Any]], origin: Any) -> None:
         self._start: Callable[[], list[Any]] | None = start
         self._shards: list[Any] = []
         self.origin = origin
-
-    @property  # type: ignore[override]
-    def shards(self) -> list[Any]:
-        """The frames (read on first use)."""
-        if self._start is not None:
-            self._shards, self._start = list(self._start()), None
-        return self._shards
-
-    @shards.setter
-    def shards(self, value: list[Any]) -> None:
-        self._shards, self._start = list(value), None

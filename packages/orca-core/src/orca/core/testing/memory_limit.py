@@ -9,7 +9,8 @@ memory and the bytes the shares took on local disk, and the fitted parameters. :
 caller computes the same SGD steps in one process to compare.
 
 Framework packages call it from a small job script (``python job.py OUT --limit-mb ...``):
-``run(fit_one)`` where ``fit_one(backend, df, callback, workers)`` fits and returns the parameters.
+``run(fit_one)`` where ``fit_one(backend, df, callback, workers)`` fits and returns the parameters;
+their tests call :func:`check_job` with that script's module.
 """
 
 from __future__ import annotations
@@ -133,3 +134,29 @@ def run(fit_one: Callable[[str, Any, Any, int], dict[str, Any]], argv: list[str]
     finally:
         stop_orca_context()
     Path(a.out).write_text(json.dumps(result))
+
+
+def check_job(job: Any, out: Path, limit_mb: int, backends: list[str], timeout_s: float) -> None:
+    """Run a framework's job script (``job``: its module, with ``replay``) with one worker and shares
+    of three times ``limit_mb`` on ``backends``, and assert what a test of it asserts: every rank
+    ran under the limit Spark applied and stayed under it, its share went to its local disk, and
+    each backend's fit has the parameters of one process taking the same SGD steps, to 1e-6."""
+    import subprocess
+
+    proc = subprocess.run([sys.executable, str(Path(job.__file__)), str(out), "--limit-mb", str(limit_mb),
+                           "--share-mb", str(3 * limit_mb), "--workers", "1", "--backends", ",".join(backends)],
+                          capture_output=True, text=True, timeout=timeout_s)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-4000:]
+    res = json.loads(out.read_text())
+    share_mb = res["share_mb"]
+    assert share_mb >= 3 * limit_mb  # each worker's share is three times its whole address space
+    weight, bias = job.replay(res["rows_per_part"], res["workers"])
+    for backend in backends:
+        fit = res["fits"][backend]
+        for rank in fit["ranks"]:
+            assert rank["limit_mb"] == limit_mb  # Spark applied the limit to the worker that trained
+            assert rank["vm_peak_mb"] <= limit_mb
+        # the share went to disk: the worker's local directory held it while it trained
+        assert fit["ranks"][0]["on_disk_mb"] >= share_mb * 0.99
+        np.testing.assert_allclose(fit["weight"], weight, rtol=0, atol=1e-6)
+        assert abs(fit["bias"] - bias) <= 1e-6, (fit["bias"], bias)
