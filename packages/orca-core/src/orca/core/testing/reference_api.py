@@ -398,7 +398,7 @@ _CORE = (
             ("serialize_data_creation", "data creators run concurrently"),
             ("train_data_store", "worker_data_memory_mb: a worker's share past it streams to local disk"))),
         *(_a(n, ORCA_ONLY) for n in ("worker_timeout_s", "worker_start_timeout_s", "max_failures",
-                                     "ray_start_timeout_s", "worker_data_memory_mb", "warm_workers_s")),
+                                     "ray_start_timeout_s", "worker_data_memory_mb", "warm_workers_s", "jvm_class_cache")),
     ), note="settings are per context: given to init_orca_context, or assigned on the class (the running "
             "context's and the next ones'); a reference-only setting assigned so raises TypeError"),
     Method("OrcaContext.get_spark_session", "orca.core:OrcaContext.get_spark_session"),
