@@ -146,3 +146,17 @@ def test_the_users_own_sharing_options_win(tmp_path: Path, monkeypatch: pytest.M
     # a failed build is not retried for its key
     (tmp_path / "jvm" / f"{p.key}.failed").write_text("why")
     assert jc.plan(None) is None
+
+
+def test_the_installations_default_driver_options_are_kept(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    conf = tmp_path / "conf"
+    conf.mkdir()
+    monkeypatch.setenv("SPARK_CONF_DIR", str(conf))
+    assert jc.defaults_java_options() is None  # no spark-defaults.conf
+    (conf / "spark-defaults.conf").write_text(
+        "# site settings\nspark.driver.memory 4g\nspark.driver.extraJavaOptionsX -Dno\n"
+        "spark.driver.extraJavaOptions   -Dsite.proxy=p -XX:+UseG1GC\n")
+    assert jc.defaults_java_options() == "-Dsite.proxy=p -XX:+UseG1GC"
+    (conf / "spark-defaults.conf").write_text("spark.driver.extraJavaOptions=-Xshare:off\n")
+    assert jc.defaults_java_options() == "-Xshare:off"
+    assert jc.plan(jc.defaults_java_options()) is None  # the site chose its own class sharing

@@ -442,3 +442,84 @@ def test_batchnorm_model_equals_replicas_that_average_gradients_and_running_stat
     assert not np.allclose(want["bn.running_mean"].numpy(), 0)  # the statistics moved: the check has teeth
     for name, value in want.items():
         np.testing.assert_allclose(got[name].numpy(), value.numpy(), atol=1e-5, err_msg=name)
+
+
+class TwoBuckets(nn.Module):
+    """1.1 MB of parameters: with DDP's 1 MB first bucket, the gradient goes in two buckets (the
+    last two layers, then the first), each all-reduced from the backward's hooks."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(5)
+        self.a = nn.Linear(3, 256)
+        self.b = nn.Linear(256, 1024)
+        self.c = nn.Linear(1024, 1)
+
+    def forward(self, x):
+        return self.c(torch.tanh(self.b(torch.tanh(self.a(x)))))
+
+
+def test_bucketed_allreduce_from_backward_hooks_is_the_global_batch_gradient(orca_context, backend):
+    from orca.torch.runner import _Buckets
+
+    model = TwoBuckets()
+    params = list(model.parameters())
+    buckets = _Buckets(torch.zeros(sum(p.numel() for p in params)), params, lambda t: t)
+    assert [s.numel() for s in buckets.slices] == [1 + 1024 + 1024 + 256 * 1024, 256 + 3 * 256]
+    rng = np.random.default_rng(3)
+    x = rng.normal(size=(11, 3)).astype(np.float32)
+    y = rng.normal(size=(11, 1)).astype(np.float32)
+
+    def trained(xs, ys, epochs):
+        est = Estimator.from_torch(model=lambda config: TwoBuckets(), optimizer=sgd(0.05), loss=nn.MSELoss(),
+                                   backend=backend, workers_per_node=2)
+        try:
+            hist = est.fit({"x": xs, "y": ys}, epochs=epochs, batch_size=16, shuffle=False)
+            return est.get_model().state_dict(), hist
+        finally:
+            est.shutdown()
+
+    def full_batch_gd(xs, ys, steps):
+        ref = TwoBuckets()
+        opt = torch.optim.SGD(ref.parameters(), lr=0.05)
+        for _ in range(steps):
+            opt.zero_grad()
+            nn.MSELoss()(ref(torch.from_numpy(xs)), torch.from_numpy(ys)).backward()
+            opt.step()
+        return ref.state_dict()
+
+    # 11 rows on 2 workers, a global batch past them: each epoch one step of every row, the two
+    # buckets started from each worker's hooks; then 1 row: worker 1 has none, runs no backward
+    # and starts both buckets after it, in the same order as worker 0's hooks did
+    for xs, ys, epochs in ((x, y, 3), (x[:1], y[:1], 2)):
+        got, hist = trained(xs, ys, epochs)
+        assert [h["num_samples"] for h in hist] == [len(xs)] * epochs
+        for name, want in full_batch_gd(xs, ys, epochs).items():
+            np.testing.assert_allclose(got[name].numpy(), want.numpy(), atol=1e-6, err_msg=name)
+
+
+def test_buckets_start_in_bucket_order_whatever_order_the_backward_fills_them():
+    from orca.torch.runner import _Buckets
+
+    params = [torch.zeros(n) for n in (300_000, 10, 300_000, 10)]  # 1.2 MB, 40 B, 1.2 MB, 40 B
+    flat = torch.zeros(sum(p.numel() for p in params))
+    started = []
+    buckets = _Buckets(flat, params, lambda t: started.append((t.data_ptr() - flat.data_ptr()) // 4, ) or _Done())
+    assert [s.numel() for s in buckets.slices] == [300_010, 300_010]  # last two params, then the first two
+    buckets.ready(params[0])  # the first bucket's params are not all ready: nothing starts
+    buckets.ready(params[1])
+    assert started == []  # bucket 1 is complete, but bucket 0 must start first
+    buckets.ready(params[3])
+    assert started == []
+    buckets.ready(params[2])
+    assert started == [300_010, 0]  # bucket 0 (the tail of the buffer), then bucket 1
+    buckets.finish()
+    assert started == [300_010, 0]  # nothing starts twice
+    buckets.ready(params[3])  # the next step: a rank that uses only the last params
+    buckets.finish()  # starts bucket 0 (params 2 and 3 are part of it) and bucket 1, in order
+    assert started[2:] == [300_010, 0]
+
+
+class _Done:
+    def wait(self):
+        return None

@@ -29,6 +29,7 @@ the archive's directory: it is read by the JVM as a cache of classes from Spark'
 from __future__ import annotations
 
 import atexit
+import contextlib
 import hashlib
 import json
 import logging
@@ -100,6 +101,29 @@ def cache_key(java: str, jars: Path) -> str:
     return h.hexdigest()[:20]
 
 
+def defaults_java_options() -> str | None:
+    """``spark.driver.extraJavaOptions`` from the installation's ``spark-defaults.conf``
+    (``$SPARK_CONF_DIR``, else ``$SPARK_HOME/conf``), which a ``--conf`` of the same key would
+    replace: the archive's options are added to it, so nothing set there is lost."""
+    conf_dir = os.environ.get("SPARK_CONF_DIR")
+    if not conf_dir:
+        jars = spark_jars_dir()
+        if jars is None:
+            return None
+        conf_dir = str(jars.parent / "conf")
+    path = Path(conf_dir) / "spark-defaults.conf"
+    try:
+        lines = path.read_text().splitlines()
+    except OSError:
+        return None
+    key = "spark.driver.extraJavaOptions"
+    for line in lines:
+        line = line.strip()
+        if line.startswith(key) and line[len(key):len(key) + 1] in (" ", "\t", "=", ":"):
+            return line[len(key):].lstrip(" \t=:").strip() or None
+    return None
+
+
 @dataclass(frozen=True)
 class Plan:
     """What a driver JVM about to start does with the archive of its key.
@@ -133,7 +157,8 @@ def plan(user_options: str | None = None) -> Plan | None:
         root = cache_dir()
         archive = root / f"{key}.jsa"
         if archive.exists():
-            os.utime(archive)  # least recently used goes first when pruning
+            with contextlib.suppress(OSError):  # (another user's archive: used, not touched)
+                os.utime(archive)  # least recently used goes first when pruning
             return Plan(key, f"-Xshare:auto -XX:SharedArchiveFile={archive}", False, archive, Path())
         if (root / f"{key}.failed").exists() or _lock_held(root / f"{key}.lock"):
             return None

@@ -286,7 +286,7 @@ class OrcaContext(metaclass=_ContextType):
         had_jvm = _gateway_process() is not None
         cds = None
         if not had_jvm and self.settings.jvm_class_cache:
-            user_options = entries.get("spark.driver.extraJavaOptions")
+            user_options = entries.get("spark.driver.extraJavaOptions") or jvm_cache.defaults_java_options()
             cds = jvm_cache.plan(user_options)
             if cds is not None:
                 entries["spark.driver.extraJavaOptions"] = " ".join(filter(None, (user_options, cds.options)))

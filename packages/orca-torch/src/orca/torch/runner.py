@@ -1,9 +1,15 @@
 """TorchRunner: one worker's model, optimizer and loss, kept in step with torch.distributed.
 
-After each local backward pass the flattened gradients are all-reduced (gloo, SUM) and
-divided by the world size; each batch's loss was first scaled by its share of the global
-batch, so the averaged gradient is exactly the global batch's gradient — also when a
-worker's share is uneven or empty (see :mod:`orca.core.engine.feed`).
+Every parameter's gradient is a view of one flat buffer. The buffer is cut into buckets of
+consecutive parameters, last layers first (DDP's sizes: 1 MB for the first, 25 MB after), and
+each bucket's all-reduce (gloo, SUM, asynchronous) starts from a gradient hook as soon as the
+backward pass has filled it, while the backward goes on with the layers before (DDP's overlap
+of communication with computation). Buckets start in bucket order on every rank, and a rank
+with no rows in a step, or with parameters the step did not use, starts the rest in that order
+after its (empty) backward, so the collectives always match. After the last bucket the buffer is
+divided by the world size; each batch's loss was first scaled by its share of the global batch,
+so the averaged gradient is exactly the global batch's gradient — also when a worker's share
+is uneven or empty (see :mod:`orca.core.engine.feed`).
 """
 
 from __future__ import annotations
@@ -45,6 +51,66 @@ def _tensor(a: Any, float_dtype: torch.dtype) -> torch.Tensor:
     return t
 
 
+#: the first bucket's and the later buckets' sizes (DDP's defaults: a small first bucket starts
+#: communicating early in the backward pass)
+FIRST_BUCKET_BYTES = 2**20
+BUCKET_BYTES = 25 * 2**20
+
+
+class _Buckets:
+    """The flat gradient buffer's buckets and their all-reduces for one step (see the module's doc).
+
+    ``ready(param)`` is called by a hook once backward has accumulated ``param``'s gradient; when
+    a bucket's last parameter is ready, it and every ready bucket after it start, in bucket order.
+    ``finish()`` starts the buckets the backward left (no rows, unused parameters) and waits for all.
+    """
+
+    def __init__(self, flat: torch.Tensor, params: list[torch.Tensor], start: Any) -> None:
+        self.start = start
+        offsets, offset = [], 0
+        for p in params:
+            offsets.append(offset)
+            offset += p.numel()
+        self.slices: list[torch.Tensor] = []
+        self.sizes: list[int] = []
+        self.of_param: dict[int, int] = {}
+        end, count, cap = offset, 0, FIRST_BUCKET_BYTES
+        for i in reversed(range(len(params))):  # last layers first: backward fills them first
+            self.of_param[id(params[i])] = len(self.slices)
+            count += 1
+            lo = offsets[i]
+            if (end - lo) * flat.element_size() >= cap or i == 0:
+                self.slices.append(flat[lo:end])
+                self.sizes.append(count)
+                end, count, cap = lo, 0, BUCKET_BYTES
+        self.reset()
+
+    def reset(self) -> None:
+        self.pending = list(self.sizes)
+        self.next = 0
+        self.works: list[Any] = []
+
+    def ready(self, param: torch.Tensor) -> None:
+        i = self.of_param.get(id(param))
+        if i is None or self.pending[i] <= 0:
+            return
+        self.pending[i] -= 1
+        self._start_ready()
+
+    def _start_ready(self) -> None:
+        while self.next < len(self.slices) and self.pending[self.next] == 0:
+            self.works.append(self.start(self.slices[self.next]))
+            self.next += 1
+
+    def finish(self) -> None:
+        for i in range(self.next, len(self.slices)):
+            self.pending[i] = 0
+        self._start_ready()
+        for work in self.works:
+            work.wait()
+        self.reset()
+
+
 def _outputs(out: Any) -> list[torch.Tensor]:
     if isinstance(out, torch.Tensor):
         return [out]
@@ -60,6 +126,9 @@ class TorchRunner(Runner):
 
     can_skip_steps = True
     reuses_process = True  # setup rebuilds the model, re-seeds and re-forms the process group
+    #: all-reduce the gradient in buckets from backward hooks (torch.distributed's async
+    #: collectives); a subclass whose transport has none all-reduces the whole buffer after backward
+    overlaps_allreduce = True
 
     def seed_framework(self, seed: int) -> None:
         torch.manual_seed(seed)
@@ -159,11 +228,27 @@ class TorchRunner(Runner):
                 views.append(view)
                 offset += p.numel()
             self._flat_grad, self._grad_views, self._grad_params = flat, views, params
+            if self.overlaps_allreduce and self.world > 1:
+                self._hook_buckets(flat, params)
         return flat
 
+    def _hook_buckets(self, flat: torch.Tensor, params: list[torch.Tensor]) -> None:
+        """Cut ``flat`` into buckets whose all-reduces start from gradient hooks (see :class:`_Buckets`)."""
+        for handle in getattr(self, "_bucket_hooks", ()):
+            handle.remove()
+        buckets = _Buckets(flat, params, lambda t: dist.all_reduce(t, op=dist.ReduceOp.SUM, async_op=True))
+        self._buckets = buckets
+        self._bucket_hooks = [p.register_post_accumulate_grad_hook(buckets.ready) for p in params]
+
     def _sync_gradients(self, flat: torch.Tensor) -> None:
-        if self.world > 1:
+        if self.world == 1:
+            return
+        buckets = getattr(self, "_buckets", None)
+        if buckets is None:
             self._allreduce_mean_(flat)
+            return
+        buckets.finish()
+        flat.div_(self.world)
 
     def train_batch(self, batch: Batch, skip_non_finite: bool = False) -> float | None:
         if self.optimizer is None:
@@ -303,6 +388,8 @@ class BigDLTorchRunner(TorchRunner):
     step with identical weights.
     """
 
+    overlaps_allreduce = False  # orca.core.sync's allreduce is a blocking call
+
     def _join_group(self, rendezvous: Rendezvous) -> None:
         """Nothing to join: the base Runner's sync group is the transport."""
 
@@ -342,6 +429,7 @@ class HorovodTorchRunner(TorchRunner):
 
     _store: Any = None
     reuses_process = False  # hvd.init after hvd.shutdown in one process is not relied on
+    overlaps_allreduce = False  # one hvd.allreduce_ of the whole buffer, after backward
 
     def _join_group(self, rendezvous: Rendezvous) -> None:
         self._store = join_horovod(_hvd(), rendezvous, self.group, self.timeout_s)
