@@ -143,9 +143,13 @@ def test_the_users_own_sharing_options_win(tmp_path: Path, monkeypatch: pytest.M
         assert jc.plan(options) is None
     p = jc.plan("-Xmx4g")
     assert p is not None and p.recording and p.options.startswith("-XX:DumpLoadedClassList=")
-    # a failed build is not retried for its key
-    (tmp_path / "jvm" / f"{p.key}.failed").write_text("why")
+    # a failed build is not retried for its key, until its note is a week old
+    failed = tmp_path / "jvm" / f"{p.key}.failed"
+    failed.write_text("why")
     assert jc.plan(None) is None
+    os.utime(failed, (time.time() - jc.RETRY_FAILED_AFTER_S - 60,) * 2)
+    again = jc.plan(None)
+    assert again is not None and again.recording and not failed.exists()
 
 
 def test_the_installations_default_driver_options_are_kept(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

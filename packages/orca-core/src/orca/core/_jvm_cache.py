@@ -160,10 +160,11 @@ def plan(user_options: str | None = None) -> Plan | None:
             with contextlib.suppress(OSError):  # (another user's archive: used, not touched)
                 os.utime(archive)  # least recently used goes first when pruning
             return Plan(key, f"-Xshare:auto -XX:SharedArchiveFile={archive}", False, archive, Path())
+        if root.is_dir():
+            _sweep(root)  # (a failed build's note older than a week goes: the key is tried again)
         if (root / f"{key}.failed").exists() or _lock_held(root / f"{key}.lock"):
             return None
         root.mkdir(parents=True, exist_ok=True, mode=0o700)
-        _sweep(root)
     except OSError as exc:  # an unwritable cache: start as before
         log.debug("no JVM class cache: %s", exc)
         return None
