@@ -35,3 +35,9 @@ def skip_unless_runs_on(backend: str, backends: Sequence[str] | None) -> None:
     if not runs_on(backend, backends):
         pytest.skip(LAUNCHER_LEVEL)
 
+
+def skip_unless_full_matrix(covered_by: str) -> None:
+    """Skip the calling launcher-level test outside the full matrix; ``covered_by`` names the CI
+    tier's test of the same launcher path."""
+    if not full_matrix():
+        pytest.skip(f"launcher-level test: {covered_by} runs this launcher path in CI; ORCA_FULL_MATRIX=1 runs it here")
