@@ -45,6 +45,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import sys
 import tempfile
 import time
@@ -325,35 +326,40 @@ def measure(quick: bool, repeats: int, systems: tuple[str, ...] = SYSTEMS, log: 
 
     rows_n = train.settings(quick)["rows"]  # the train part's first scale
     raw: dict[str, list[dict]] = {s: [] for s in systems}
-    prime_class_archive(rows_n, log)
-    for rep in range(repeats):
-        for s in systems:
-            res = run_child("startup.py", ["--child", s, "--rows", str(rows_n)], TIMEOUT_S)
-            brief = res["error"] if "error" in res else f"first step at {res['stamps']['step']:.1f} s"
-            log(f"  [{rep + 1}/{repeats}] start-up {s}: {brief} ({res['process_s']:.0f} s)")
-            raw[s].append(res)
+    cache = prime_class_archive(rows_n, log)
+    try:
+        for rep in range(repeats):
+            for s in systems:
+                res = run_child("startup.py", ["--child", s, "--rows", str(rows_n)], TIMEOUT_S)
+                brief = res["error"] if "error" in res else f"first step at {res['stamps']['step']:.1f} s"
+                log(f"  [{rep + 1}/{repeats}] start-up {s}: {brief} ({res['process_s']:.0f} s)")
+                raw[s].append(res)
+    finally:
+        os.environ.pop("ORCA_CACHE_DIR", None)
+        shutil.rmtree(cache, ignore_errors=True)  # the run's own archive (~180 MB)
     return rows_from(raw), raw
 
 
-def prime_class_archive(rows_n: int, log: Any = print) -> None:
+def prime_class_archive(rows_n: int, log: Any = print) -> Path:
     """Give Orca's systems the driver JVM's class archive (``orca.core._jvm_cache``) that a user
     has from their second start on: one untimed ``orca-bigdl`` start records it, and its build
     (in the background once that JVM ended) is awaited. The cache is this run's own
     (``ORCA_CACHE_DIR``), so no archive of an earlier run is measured; ``orca-bigdl-no-archive``
-    is a first start (``jvm_class_cache=False``)."""
+    is a first start (``jvm_class_cache=False``). Returns the cache folder (the caller removes it)."""
     root = Path(tempfile.mkdtemp(prefix="orca-bench-cache-"))
     os.environ["ORCA_CACHE_DIR"] = str(root)
     t = time.perf_counter()
     res = run_child("startup.py", ["--child", "orca-bigdl", "--rows", str(rows_n)], TIMEOUT_S)
     if "error" in res:
         log(f"  priming the class archive failed: {res['error']}")
-        return
+        return root
     while time.perf_counter() - t < ARCHIVE_WAIT_S:
         if list((root / "jvm").glob("*.jsa")) and not list((root / "jvm").glob("*.lock")):
             log(f"  class archive ready after {time.perf_counter() - t:.0f} s (one untimed start, then its build)")
-            return
+            return root
         time.sleep(1.0)
     log(f"  no class archive after {ARCHIVE_WAIT_S} s: Orca's rows start without it")
+    return root
 
 
 def rows_from(raw: dict[str, list[dict]]) -> list[dict]:
