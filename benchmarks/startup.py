@@ -353,12 +353,17 @@ def prime_class_archive(rows_n: int, log: Any = print) -> Path:
     if "error" in res:
         log(f"  priming the class archive failed: {res['error']}")
         return root
-    while time.perf_counter() - t < ARCHIVE_WAIT_S:
-        if list((root / "jvm").glob("*.jsa")) and not list((root / "jvm").glob("*.lock")):
-            log(f"  class archive ready after {time.perf_counter() - t:.0f} s (one untimed start, then its build)")
-            return root
-        time.sleep(1.0)
-    log(f"  no class archive after {ARCHIVE_WAIT_S} s: Orca's rows start without it")
+    from orca.core import _jvm_cache
+
+    try:
+        ready = _jvm_cache.wait_for_archive(root / "jvm", ARCHIVE_WAIT_S)
+    except RuntimeError as exc:
+        ready = None
+        log(f"  {exc}")
+    if ready is not None:
+        log(f"  class archive ready after {time.perf_counter() - t:.0f} s (one untimed start, then its build)")
+    else:
+        log(f"  no class archive after {ARCHIVE_WAIT_S} s: Orca's rows start without it")
     return root
 
 

@@ -43,18 +43,6 @@ def _driver(cache: Path, mode: str = "on") -> dict:
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
-def _wait_for_archive(root: Path, timeout_s: float = 420.0) -> Path:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        failed = list(root.glob("*.failed"))
-        assert not failed, failed[0].read_text()[-3000:]
-        archives = list(root.glob("*.jsa"))
-        if archives and not list(root.glob("*.lock")):
-            return archives[0]
-        time.sleep(1.0)
-    raise AssertionError(f"no archive in {root} after {timeout_s} s: {sorted(p.name for p in root.iterdir())}")
-
-
 @pytest.mark.timeout(600)
 def test_first_session_records_then_every_later_jvm_maps_the_archive(tmp_path: Path) -> None:
     expected = 2 * sum(range(10_000))
@@ -64,7 +52,8 @@ def test_first_session_records_then_every_later_jvm_maps_the_archive(tmp_path: P
     assert any(a.startswith("-XX:DumpLoadedClassList=") for a in first["cmdline"])
     assert not any(m.startswith(str(root)) for m in first["mapped"])
 
-    archive = _wait_for_archive(root)  # built in the background after the first JVM ended
+    archive = jc.wait_for_archive(root, timeout_s=420)  # built in the background after the first JVM ended
+    assert archive is not None, f"no archive in {root} after 420 s: {sorted(p.name for p in root.iterdir())}"
     assert archive.stat().st_size > 50 * 2**20  # Spark's ~15,000 classes
     assert not list(root.glob("*.classlist")) and not list(root.glob("*.jsa.tmp"))
     assert json.loads(archive.with_suffix(".json").read_text())["jars"] == str(jc.spark_jars_dir())

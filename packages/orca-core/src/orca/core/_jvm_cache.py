@@ -184,8 +184,6 @@ def recorded(p: Plan, jvm_pid: int | None, jvm: Any) -> None:
         spec = {
             "key": p.key,
             "pid": jvm_pid,
-            "java": java_binary(),
-            "jars": str(spark_jars_dir()),
             "classpath": str(jvm.java.lang.System.getProperty("java.class.path")),
             "vm_options": [a for a in args if a.startswith(_VM_OPTION_PREFIXES)],
             "classes": str(p.classes),
@@ -344,6 +342,27 @@ def build(meta: Path, timeout_s: float = BUILD_TIMEOUT_S, wait_s: float = WAIT_F
     finally:
         for path in (classes, meta):
             path.unlink(missing_ok=True)
+
+
+def wait_for_archive(root: Path | None = None, timeout_s: float = BUILD_TIMEOUT_S) -> Path | None:
+    """Wait until a built archive is in ``root`` (default :func:`cache_dir`) and no build holds a
+    lock there; return it, or None after ``timeout_s``.
+
+    Raises:
+        RuntimeError: a build failed (the message is its ``.failed`` note).
+    """
+    root = root or cache_dir()
+    deadline = time.monotonic() + timeout_s
+    while True:
+        failed = sorted(root.glob("*.failed"))
+        if failed:
+            raise RuntimeError(f"building the JVM class archive failed: {failed[0].read_text()[-3000:]}")
+        archives = sorted(root.glob("*.jsa"))
+        if archives and not any(root.glob("*.lock")):
+            return archives[0]
+        if time.monotonic() >= deadline:
+            return None
+        time.sleep(1.0)
 
 
 def prune(root: Path, keep: int = KEEP) -> list[Path]:
