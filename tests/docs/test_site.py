@@ -36,7 +36,7 @@ def _binary(*names: str) -> str:
         found = shutil.which(name)
         if found:
             return found
-    raise RuntimeError(f"none of {names} is installed: apt-get install chromium chromium-driver (.ci/run does)")
+    raise RuntimeError(f"none of {names} is installed: apt-get install chromium chromium-driver (`nox -s docs` does, as root)")
 
 
 @pytest.fixture(scope="module")

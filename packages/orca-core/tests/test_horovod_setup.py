@@ -5,8 +5,10 @@ the torch_horovod and tf_horovod sessions, where Horovod is built."""
 
 from __future__ import annotations
 
+import shutil
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -55,8 +57,11 @@ def test_the_wheel_cache_is_keyed_by_framework_version_and_python(monkeypatch, t
     monkeypatch.setenv("ORCA_HOROVOD_CACHE", str(tmp_path))
     torch_dir = horovod_install.cache_dir("torch", "2.13.0")
     assert torch_dir.parent == tmp_path
-    assert len({torch_dir, horovod_install.cache_dir("torch", "2.14.1"),
-                horovod_install.cache_dir("tensorflow", "2.15.1")}) == 3
+    assert len({torch_dir, horovod_install.cache_dir("torch", "2.14.1"), horovod_install.cache_dir("torch", "2.13.0", "cuda"),
+                horovod_install.cache_dir("tensorflow", "2.15.1")}) == 4
+    monkeypatch.delenv("ORCA_HOROVOD_CACHE")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))  # a run's own cache home (.ci/run sets one)
+    assert horovod_install.cache_dir("torch", "2.13.0").parent == tmp_path / "xdg" / "orca" / "horovod"
     assert f"py{sys.version_info[0]}{sys.version_info[1]}" in torch_dir.name
 
 
@@ -94,3 +99,103 @@ def test_a_missing_horovod_module_is_an_import_error_naming_the_build_command() 
                                           r"python -m orca\.core\.horovod_install torch"):
         horovod.framework_module("orca_no_such_horovod.torch", "torch")
     assert horovod.framework_module("json", "torch").__name__ == "json"  # an installed module comes back
+
+
+#: a project shaped like Horovod 0.28.1's CMake: a bundled subproject with gloo's old
+#: cmake_minimum_required (CMake 4 refuses it), Horovod's CUDA probe (check_language, then CUDAToolkit)
+_HOROVOD_LIKE = {
+    "CMakeLists.txt": """cmake_minimum_required(VERSION 3.13 FATAL_ERROR)
+project(like_horovod CXX)
+add_subdirectory(third_party/gloo)
+include(CheckLanguage)
+check_language(CUDA)
+if(NOT CMAKE_CUDA_COMPILER)
+    find_package(CUDAToolkit)
+    if(CUDAToolkit_BIN_DIR)
+        set(CMAKE_CUDA_COMPILER "${CUDAToolkit_BIN_DIR}/nvcc")
+    endif()
+endif()
+if(CMAKE_CUDA_COMPILER)
+    message(STATUS "ORCA-PROBE cuda=on ${CMAKE_CUDA_COMPILER}")
+else()
+    message(STATUS "ORCA-PROBE cuda=off")
+endif()
+""",
+    "third_party/gloo/CMakeLists.txt": "cmake_minimum_required(VERSION 2.8.12 FATAL_ERROR)\nproject(gloo CXX)\n",
+}
+
+
+def _configure(cmake: str, tree: Path) -> subprocess.CompletedProcess[str]:
+    for name, text in _HOROVOD_LIKE.items():
+        (tree / name).parent.mkdir(parents=True, exist_ok=True)
+        (tree / name).write_text(text)
+    build = tree / "build"
+    shutil.rmtree(build, ignore_errors=True)
+    build.mkdir()
+    return subprocess.run([cmake, str(tree)], cwd=build, capture_output=True, text=True, timeout=300)
+
+
+@pytest.mark.timeout(600)
+def test_the_cpu_build_configures_horovods_tree_without_cuda_even_with_nvcc_installed(tmp_path) -> None:
+    """The CMake of the build (the pinned 3.x, installed in this session as the installer installs it
+    for its build) through the wrapper the installer hands Horovod: the old minimum of the bundled
+    gloo is accepted and CUDA stays off though this machine's image has a CUDA toolkit (nvcc on
+    PATH, no GPU). Without the wrapper's options the same CMake finds that toolkit: the probe works."""
+    cmake = shutil.which("cmake")
+    assert cmake, "the core session installs the installer's CMake (noxfile: HOROVOD_CMAKE)"
+    version = subprocess.run([cmake, "--version"], capture_output=True, text=True, check=True).stdout.split()[2]
+    assert f"cmake=={version}" == horovod_install.CMAKE, "the noxfile's CMake pin and the installer's differ"
+    wrapper = horovod_install.write_cmake_wrapper(Path(cmake), "cpu", tmp_path)
+    out = _configure(str(wrapper), tmp_path / "cpu")
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "ORCA-PROBE cuda=off" in out.stdout
+    if shutil.which("nvcc") and not horovod_install.gpu_visible():  # this machine's image: a toolkit, no GPU
+        plain = _configure(cmake, tmp_path / "plain")
+        assert "ORCA-PROBE cuda=on" in plain.stdout, plain.stdout + plain.stderr
+    # the build itself (`--build`) gets no configure options
+    (tmp_path / "e").mkdir()
+    echo = horovod_install.write_cmake_wrapper(Path(shutil.which("echo") or "/bin/echo"), "cpu", tmp_path / "e")
+    assert subprocess.run([echo, "--build", "."], capture_output=True, text=True).stdout.split() == ["--build", "."]
+    assert "-DCMAKE_DISABLE_FIND_PACKAGE_CUDAToolkit=TRUE" in subprocess.run(
+        [echo, "src"], capture_output=True, text=True).stdout.split()
+    assert "CUDAToolkit" not in horovod_install.write_cmake_wrapper(Path("/bin/echo"), "cuda", tmp_path).read_text()
+
+
+def test_the_build_environment_sets_the_variant_and_drops_the_shells_gpu_settings(tmp_path, monkeypatch) -> None:
+    monkeypatch.setenv("HOROVOD_GPU_OPERATIONS", "NCCL")  # left over in a user's shell
+    monkeypatch.delenv("HOROVOD_CMAKE", raising=False)
+    env = horovod_install.build_env("torch", tmp_path, "cpu", Path("/opt/cmake/bin/cmake"))
+    assert "HOROVOD_GPU_OPERATIONS" not in env
+    assert env["CMAKE_POLICY_VERSION_MINIMUM"] == "3.5"  # a CMake 4 given by hand configures the tree too
+    assert Path(env["HOROVOD_CMAKE"]).read_text().count("/opt/cmake/bin/cmake") == 2
+    assert horovod_install.build_env("torch", tmp_path, "cuda")["HOROVOD_GPU_OPERATIONS"] == "NCCL"
+    monkeypatch.setenv("HOROVOD_CMAKE", "/usr/local/bin/my-cmake")  # the user's choice wins
+    assert horovod_install.build_env("torch", tmp_path, "cpu", Path("/x"))["HOROVOD_CMAKE"] == "/usr/local/bin/my-cmake"
+
+
+def test_the_variant_is_cpu_without_a_gpu_and_cuda_is_refused_for_a_framework_without_cuda() -> None:
+    if horovod_install.gpu_visible():
+        pytest.fail("this test runs on machines without a GPU (CI's): no nvidia-smi GPU expected")
+    # orca-core's session has no torch: the framework probe says "no CUDA"
+    assert horovod_install.choose_variant("torch", "auto") == "cpu"
+    assert horovod_install.choose_variant("tensorflow", "cpu") == "cpu"
+    with pytest.raises(SystemExit, match=r"--gpu cuda: the installed torch is not a CUDA build.*`--gpu cpu`"):
+        horovod_install.choose_variant("torch", "cuda")
+    with pytest.raises(SystemExit, match="not one of"):
+        horovod_install.choose_variant("torch", "rocm")
+
+
+@pytest.mark.parametrize(("log", "names"), [
+    ("CMake Error at third_party/gloo/CMakeLists.txt:1 (cmake_minimum_required):\n  Compatibility with CMake < 3.5 "
+     "has been removed from CMake.", ("CMake 4", horovod_install.CMAKE)),
+    ("nvcc fatal   : Unsupported gpu architecture 'compute_35'", ("--gpu cpu",)),
+    ("OSError: [Errno 28] No space left on device", ("disk", "TMPDIR")),
+    ("ERROR: No matching distribution found for horovod==0.28.1", ("package index",)),
+    ("fatal error: Python.h: No such file or directory", ("python3-dev",)),
+])
+def test_a_failed_build_is_diagnosed_naming_the_cause_and_the_fix(log, names) -> None:
+    message = horovod_install.diagnose("...\n" + log + "\n...")
+    assert message is not None
+    for name in names:
+        assert name in message
+    assert horovod_install.diagnose("error: something nobody has seen") is None
