@@ -9,6 +9,7 @@ import pytest
 from orca.core._spark_conf import SPARK_OPTIONS
 from orca.core.context import CONTEXT_OPTIONS, _validate
 from orca.core.testing.reference_api import (
+    HAND_WRITTEN,
     KWARGS,
     REFERENCE_API,
     SAME,
@@ -56,9 +57,20 @@ def test_the_checker_reports_a_wrong_entry(monkeypatch: pytest.MonkeyPatch) -> N
 
 
 def test_the_docs_page_is_the_data() -> None:
-    assert DOC.read_text() == markdown(), (
-        f"{DOC} differs from orca.core.testing.reference_api; regenerate it: python -c \"from "
-        "orca.core.testing.reference_api import markdown; print(markdown(), end='')\" > docs/reference-diff.md")
+    page = DOC.read_text()
+    assert HAND_WRITTEN in page, f"{DOC} lost its hand-written tail: regenerate it with markdown(keep=page)"
+    assert page == markdown(keep=page), (
+        f"{DOC} differs from orca.core.testing.reference_api; regenerate it (the hand-written tail is kept): "
+        "python -c \"from pathlib import Path; from orca.core.testing.reference_api import markdown; "
+        "p = Path('docs/reference-diff.md'); p.write_text(markdown(keep=p.read_text()))\"")
+
+
+def test_markdown_keeps_the_hand_written_tail_and_regenerates_the_rest() -> None:
+    tail = f"{HAND_WRITTEN}\n\n## By hand\n\n| a | 1 |\n"
+    page = markdown(keep="an outdated generated part\n" + tail)
+    assert page.endswith("\n" + tail)
+    assert page.startswith(markdown())
+    assert markdown(keep="no marker on this page") == markdown()
 
 
 def test_every_reference_argument_is_on_the_page() -> None:

@@ -4,18 +4,27 @@
 127.0.0.1; Ray starts lazily the first time something needs it, so Spark-only users never
 pay its start-up. ``stop_orca_context()`` stops both and leaves no process behind; it also
 runs at interpreter exit.
+
+Where Spark runs, ``init_orca_context`` returns the running ``SparkContext`` itself, as the
+reference did (``SparkSession(sc)``, ``sc.parallelize(...)``); that object also answers every
+attribute of the :class:`OrcaContext` (``sc.spark_session()``, ``sc.settings``...), and its
+``stop()`` ends the whole Orca context.
 """
 
 from __future__ import annotations
 
 import atexit
+import functools
 import logging
+import math
 import os
+import re
 import shutil
 import sys
 import tempfile
 import threading
 import uuid
+import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -28,7 +37,7 @@ from orca.core._jvm import stop_jvm as _stop_jvm
 from orca.core._jvm import stop_spark_and_jvm as _stop_spark_and_jvm
 from orca.core._net import find_free_ports
 from orca.core._ray_auth import AuthEnv, auth_env, new_token
-from orca.core._ray_spark import RayOnSpark, keep_ray_on_loopback
+from orca.core._ray_spark import RayOnSpark, keep_ray_on_loopback, parse_bytes
 from orca.core._spark_conf import SPARK_CLUSTER_MODES, SPARK_OPTIONS, build_spark_conf
 from orca.core.engine.liveness import backstop_s
 
@@ -39,6 +48,9 @@ RUNTIMES = ("spark", "ray")
 CONTEXT_OPTIONS = frozenset({"spark_log_level", "ray_num_cpus", "object_store_memory"})
 _lock = threading.RLock()
 _current: OrcaContext | None = None
+#: a JVM whose Spark a ``SparkSession.stop()`` ended (it still needed the JVM): the next
+#: ``stop_orca_context()`` (also the one at exit) ends it, or the next context runs Spark in it
+_jvm_left = False
 
 
 @dataclass
@@ -64,7 +76,8 @@ class OrcaSettings:
             one) and read back a window of a quarter of this at a time, with a window
             shuffle instead of a full one: a worker's memory then follows this setting and the
             batch size, not the data. Applies to the Spark launcher (``spark`` and ``bigdl``
-            backends).
+            backends). ``math.inf`` keeps every share in memory; 0 streams every share to disk
+            (the reference's ``train_data_store`` values set these, see below).
         warm_workers_s: how long the ``ray`` backend keeps the workers of an Estimator that was
             shut down (``est.shutdown()``) up for the next Estimator of the same framework,
             worker count and threads, which then starts in milliseconds instead of seconds (no
@@ -80,6 +93,22 @@ class OrcaSettings:
             background, at the lowest priority, after the first session's JVM ended; ~180 MB in
             ``~/.cache/orca/jvm`` or ``$ORCA_CACHE_DIR/jvm``): every later Spark start is ~3 s
             faster. False leaves the JVM's options as they are. See :mod:`orca.core._jvm_cache`.
+        train_data_store: the reference's name for where a worker keeps its training data, read
+            back as it was set (``None``: never set, ``worker_data_memory_mb`` decides). Setting
+            it sets ``worker_data_memory_mb``: ``"DRAM"`` to ``math.inf`` (every share stays in
+            memory, as the reference's default did), ``"DISK_n"`` (``n`` an integer) to 0 (every
+            share streams to the worker's local disk as it arrives and is read back in windows of
+            1 MiB, the smallest; ``n`` is not used: for larger windows set ``worker_data_memory_mb``
+            instead), ``"PMEM"`` as ``"DRAM"`` with a one-time
+            warning (Orca does not place data in persistent memory). Case is ignored. Setting
+            ``worker_data_memory_mb`` afterwards sets this back to ``None``.
+        pandas_read_backend: the reference's choice of reader for ``read_csv``/``read_json``:
+            ``"pandas"``, what Orca's readers always use. ``"spark"`` is accepted with a one-time
+            warning and reads with pandas all the same.
+        serialize_data_creator: the reference's lock around data creators (one at a time per
+            node). Orca's data creators run concurrently: ``True`` is accepted with a one-time
+            warning and has no effect (a creator that downloads to a shared path should lock
+            itself, e.g. with ``filelock``).
     """
 
     log_output: bool = False
@@ -92,6 +121,9 @@ class OrcaSettings:
     worker_data_memory_mb: float = 2048.0
     warm_workers_s: float = 30.0
     jvm_class_cache: bool = True
+    train_data_store: str | None = None
+    pandas_read_backend: str = "pandas"
+    serialize_data_creator: bool = False
 
 
 @dataclass(frozen=True)
@@ -123,14 +155,56 @@ class RayRuntime:
         return tuple((n, c) for n, c in zip(self.node_ids, self.cpus_per_node, strict=False) if c > 0)
 
 
-#: the reference's class settings Orca does not have, and why (assigning one raises TypeError)
-_REFERENCE_ONLY = {
-    "pandas_read_backend": "the readers always use pandas",
-    "serialize_data_creation": "data creators run concurrently",
-    "train_data_store": "use worker_data_memory_mb: a worker's share past it streams to local disk",
-}
 #: settings assigned on the class (``OrcaContext.log_output = True``), for every context started after
 _class_settings: dict[str, Any] = {}
+#: ``train_data_store`` values and the ``worker_data_memory_mb`` each sets (``DISK_<n>`` by pattern)
+_DATA_STORES = {"DRAM": math.inf, "PMEM": math.inf}
+_DISK_STORE = re.compile(r"DISK_\d+")
+_READ_BACKENDS = ("pandas", "spark")
+#: the one-time warnings given so far (by key)
+_warned: set[str] = set()
+
+
+def _warn_once(key: str, message: str) -> None:
+    """Warn (``UserWarning``) once per process for ``key``."""
+    with _lock:
+        if key in _warned:
+            return
+        _warned.add(key)
+    warnings.warn(message, UserWarning, stacklevel=4)
+
+
+def _setting_values(name: str, value: Any) -> dict[str, Any]:
+    """The settings that ``<name> = value`` sets, checked and normalised (a reference setting sets
+    Orca's own too); warns once for a reference value that has no effect here.
+
+    Raises:
+        ValueError: a value that cannot work (the message names the setting and what it takes).
+    """
+    _check_setting(name, value)
+    if name == "worker_data_memory_mb":
+        return {name: value, "train_data_store": None}
+    if name == "train_data_store":
+        if value is None:
+            return {name: None}
+        store = value.upper()
+        if store == "PMEM":
+            _warn_once("train_data_store=PMEM", "OrcaContext.train_data_store='PMEM': Orca does not place "
+                       "data in persistent memory; each worker's share stays in memory as with 'DRAM'.")
+        memory_mb = _DATA_STORES.get(store, 0.0)
+        return {name: store, "worker_data_memory_mb": memory_mb}
+    if name == "pandas_read_backend":
+        backend = value.lower()
+        if backend == "spark":
+            _warn_once("pandas_read_backend=spark", "OrcaContext.pandas_read_backend='spark' has no effect: "
+                       "Orca's read_csv/read_json read the files with pandas on the workers (no Spark "
+                       "reader); the result is the same pandas XShards.")
+        return {name: backend}
+    if name == "serialize_data_creator" and value:
+        _warn_once("serialize_data_creator", "OrcaContext.serialize_data_creator=True has no effect: Orca's "
+                   "data creators run concurrently, one per worker; a creator that downloads to a path "
+                   "other workers share should take a file lock itself.")
+    return {name: value}
 
 
 def _check_setting(name: str, value: Any) -> None:
@@ -150,8 +224,15 @@ def _check_setting(name: str, value: Any) -> None:
     elif name == "max_failures":
         if isinstance(value, bool) or not isinstance(value, int) or value < 0:
             raise ValueError(f"max_failures must be a non-negative int, got {value!r}.")
-    elif name in ("log_output", "barrier_mode", "jvm_class_cache") and not isinstance(value, bool):
+    elif name in ("log_output", "barrier_mode", "jvm_class_cache", "serialize_data_creator") \
+            and not isinstance(value, bool):
         raise ValueError(f"{name} must be True or False, got {value!r}.")
+    elif name == "train_data_store" and value is not None and not (
+            isinstance(value, str) and (value.upper() in _DATA_STORES or _DISK_STORE.fullmatch(value.upper()))):
+        raise ValueError(f"train_data_store must be 'DRAM', 'DISK_n' (n an integer, e.g. 'DISK_2') or 'PMEM', "
+                         f"got {value!r}.")
+    elif name == "pandas_read_backend" and not (isinstance(value, str) and value.lower() in _READ_BACKENDS):
+        raise ValueError(f"pandas_read_backend must be 'pandas' or 'spark', got {value!r}.")
 
 
 class _ContextType(type):
@@ -160,16 +241,15 @@ class _ContextType(type):
     ``OrcaContext.<setting>`` gives the running context's value (or the next one's)."""
 
     def __setattr__(cls, name: str, value: Any) -> None:
-        if name in _REFERENCE_ONLY:
-            raise TypeError(f"OrcaContext.{name} is a setting of the reference Orca has not: {_REFERENCE_ONLY[name]}.")
         if name not in OrcaSettings.__dataclass_fields__:
             super().__setattr__(name, value)
             return
-        _check_setting(name, value)
+        values = _setting_values(name, value)
         with _lock:
-            _class_settings[name] = value
+            _class_settings.update(values)
             if _current is not None:
-                setattr(_current.settings, name, value)
+                for key, item in values.items():
+                    setattr(_current.settings, key, item)
                 if name == "log_output" and _current._ray is not None:
                     log.warning("OrcaContext.log_output takes effect when Ray starts; Ray is running already: "
                                 "set it before init_orca_context (or pass init_orca_context(log_output=...)).")
@@ -181,10 +261,19 @@ class _ContextType(type):
             return getattr(_current.settings, name)
         return _class_settings.get(name, OrcaSettings.__dataclass_fields__[name].default)
 
+    def __instancecheck__(cls, obj: Any) -> bool:
+        # the SparkContext that init_orca_context returns answers as the OrcaContext it belongs to
+        return super().__instancecheck__(obj) or (
+            cls is OrcaContext and getattr(type(obj), "_orca_context_face", False))
+
 
 @dataclass
 class OrcaContext(metaclass=_ContextType):
     """The running Orca context. Get it from :func:`init_orca_context`.
+
+    Where Spark runs, what :func:`init_orca_context`, :meth:`active` and :meth:`current` return is
+    the running ``SparkContext``, which answers every attribute and method of this class as
+    well (``isinstance(sc, OrcaContext)`` is true); see :func:`init_orca_context`.
 
     The class-level accessors (``OrcaContext.get_spark_session()`` etc.) act on the current
     context, as in the reference API; so do the settings: ``OrcaContext.log_output = True``
@@ -213,20 +302,29 @@ class OrcaContext(metaclass=_ContextType):
     _ray_connected_here: bool = field(default=False, repr=False)
     _ray_temp_dir: str | None = field(default=None, repr=False)
     _owns_spark: bool = field(default=False, repr=False)
+    _face: Any = field(default=None, repr=False, compare=False)
 
     # ------------------------------------------------------------------ accessors
     @staticmethod
     def current() -> OrcaContext:
-        """Return the active context, starting a local one with defaults if there is none."""
+        """Return the active context (what :func:`init_orca_context` returned), starting a local
+        one with defaults if there is none."""
         with _lock:
             if _current is None:
                 return init_orca_context()
-            return _current
+            return _current._public()
 
     @staticmethod
     def active() -> OrcaContext | None:
-        """Return the active context, or ``None`` (never starts one)."""
-        return _current
+        """Return the active context (what :func:`init_orca_context` returned), or ``None``
+        (never starts one)."""
+        ctx = _current
+        return ctx._public() if ctx is not None else None
+
+    def _public(self) -> OrcaContext:
+        """What ``init_orca_context`` returns for this context: its SparkContext where Spark ran
+        when the context started, else this object."""
+        return self._face if self._face is not None else self
 
     @classmethod
     def get_spark_session(cls) -> Any:
@@ -256,9 +354,12 @@ class OrcaContext(metaclass=_ContextType):
 
     def spark_session(self) -> Any:
         """Return this context's SparkSession, starting it on first use."""
+        global _jvm_left
         with _lock:
             if self._spark is None:
                 self._spark = self._start_spark()
+                _jvm_left = False  # a JVM a session's stop left now runs this context's Spark: it ends with it
+                _answer_as(self._spark.sparkContext, self)
             return self._spark
 
     def _start_spark(self) -> Any:
@@ -430,6 +531,11 @@ class OrcaContext(metaclass=_ContextType):
         this context are left running. Errors while stopping one engine do not keep the
         other running; the first one is re-raised at the end.
         """
+        self._stop(keep_jvm=False)
+
+    def _stop(self, keep_jvm: bool) -> None:
+        """:meth:`stop`; ``keep_jvm``: stop Spark but leave its JVM (to the next stop or start)."""
+        global _jvm_left
         errors: list[BaseException] = []
         with _lock:
             if self._ray is not None or self._ray_connected_here:
@@ -439,7 +545,13 @@ class OrcaContext(metaclass=_ContextType):
                     errors.append(exc)
             if self._spark is not None:
                 session, self._spark = self._spark, None
-                if self._owns_spark:
+                if self._owns_spark and keep_jvm:
+                    try:
+                        session.stop()
+                    except Exception as exc:  # noqa: BLE001 - collected, raised after every part stopped
+                        errors.append(exc)
+                    _jvm_left = True
+                elif self._owns_spark:
                     try:
                         _stop_spark_and_jvm(session)
                     except Exception as exc:  # noqa: BLE001 - collected, raised after every part stopped
@@ -465,6 +577,80 @@ class OrcaContext(metaclass=_ContextType):
             if self._ray_temp_dir:
                 shutil.rmtree(self._ray_temp_dir, ignore_errors=True)
                 self._ray_temp_dir = None
+
+
+#: what the SparkContext answers for its OrcaContext (computed once: see :func:`_face_class`)
+_CONTEXT_NAMES: frozenset[str] = frozenset()
+
+
+@functools.cache
+def _face_class() -> type:
+    """The class the running ``SparkContext`` takes on so that it also answers as its
+    :class:`OrcaContext` (pyspark is imported here, not when orca.core is)."""
+    global _CONTEXT_NAMES
+    from pyspark import SparkContext
+
+    _CONTEXT_NAMES = frozenset(
+        {n for n in dir(OrcaContext) if not n.startswith("__")} | set(OrcaContext.__dataclass_fields__)
+    ) - {"stop"}
+
+    class OrcaSparkContext(SparkContext):
+        """The running ``SparkContext``, which also answers every attribute and method of the
+        :class:`OrcaContext` it runs in (``sc.spark_session()``, ``sc.settings``, ``sc.has_ray``...).
+
+        ``stop()`` ends the whole Orca context (Ray, Spark and the JVM), as ``stop_orca_context()``
+        does: a reference user's ``sc.stop()`` leaves nothing of Orca running.
+        """
+
+        _orca_context_face = True
+
+        def __getattr__(self, name: str) -> Any:  # only for names the SparkContext lacks
+            ctx = self.__dict__.get("_orca_context")
+            if ctx is None or name not in _CONTEXT_NAMES:
+                raise AttributeError(f"'{type(self).__name__}' object has no attribute '{name}'")
+            return getattr(ctx, name)
+
+        def __setattr__(self, name: str, value: Any) -> None:
+            ctx = self.__dict__.get("_orca_context")
+            if ctx is not None and name in OrcaContext.__dataclass_fields__:
+                setattr(ctx, name, value)
+            else:
+                super().__setattr__(name, value)
+
+        def __dir__(self) -> list[str]:
+            return sorted(set(super().__dir__()) | _CONTEXT_NAMES)
+
+        def stop(self) -> None:
+            """Stop the Orca context this SparkContext runs in (its Ray, its Spark, the JVM), or
+            this SparkContext alone where that context has stopped already."""
+            ctx = self.__dict__.get("_orca_context")
+            if ctx is not None and ctx._spark is not None and ctx is _current:
+                # A SparkSession.stop() that called this goes on to use the JVM: leave it to the
+                # next stop_orca_context() (or the next context's Spark) to end.
+                _stop_current(keep_jvm=_called_by_session_stop())
+            SparkContext.stop(self)  # a stopped one returns at once; a spark-submit one stops now
+
+    return OrcaSparkContext
+
+
+def _called_by_session_stop() -> bool:
+    """True when the caller of the caller is a ``SparkSession.stop``."""
+    from pyspark.sql import SparkSession
+
+    frame = sys._getframe(2)
+    return frame.f_code.co_name == "stop" and isinstance(frame.f_locals.get("self"), SparkSession)
+
+
+def _answer_as(sc: Any, ctx: OrcaContext) -> None:
+    """Make the running SparkContext ``sc`` answer as ``ctx`` too (a SparkContext of a class of the
+    user's own is left as it is)."""
+    from pyspark import SparkContext
+
+    face = _face_class()
+    if type(sc) is SparkContext:
+        sc.__class__ = face
+    if type(sc) is face:
+        sc.__dict__["_orca_context"] = ctx
 
 
 def _current_auth_env() -> dict[str, str]:
@@ -580,7 +766,7 @@ def init_orca_context(
     ray_auth: bool = True,
     **kwargs: Any,
 ) -> OrcaContext:
-    """Start (or return the running) Orca context.
+    """Start (or return the running) Orca context; return its SparkContext where Spark runs.
 
     Args:
         cluster_mode: ``local`` (embedded Spark ``local[cores]`` on 127.0.0.1), ``standalone``
@@ -601,23 +787,39 @@ def init_orca_context(
             Ray-on-Spark (its CPUs are the driver's: ``ray_num_cpus=``).
         ray_auth: keep Ray's token authentication on (a fresh token per context for a Ray the
             context starts; the user's token for ``address=``). ``False`` turns it off.
-        **kwargs: mode-specific settings (see ``build_spark_conf``) and any
-            :class:`OrcaSettings` field (``worker_timeout_s=...``, ``log_output=True``).
+        **kwargs: mode-specific settings (see ``build_spark_conf``), ``spark_log_level``,
+            ``ray_num_cpus`` (an embedded Ray's CPUs), ``object_store_memory`` (each Ray node's
+            object store: bytes as an int, or a size such as ``"1g"``, ``"512m"``, ``"2G"``, in
+            powers of 1024) and any :class:`OrcaSettings` field (``worker_timeout_s=...``,
+            ``log_output=True``).
 
     Returns:
-        The active :class:`OrcaContext`. A second call returns the same object (with a
+        Where Spark runs (``runtime="spark"``, or ``init_ray_on_spark=True``): the running
+        ``pyspark.SparkContext``, as the reference returned (``SparkSession(sc)``,
+        ``SQLContext(sc)``, ``sc.parallelize(...)`` work). The same object also answers every
+        attribute and method of the :class:`OrcaContext` (``sc.spark_session()``,
+        ``sc.ray_runtime()``, ``sc.settings``, ``sc.has_ray``; ``isinstance(sc, OrcaContext)``
+        is true), and its ``stop()`` ends the whole context as ``stop_orca_context()`` does.
+        With ``runtime="ray"`` (Spark starts later, if at all): the :class:`OrcaContext` itself
+        (the reference returned its ``OrcaRayContext``, which Orca does not have;
+        ``ray_runtime()`` describes the Ray). A second call returns the same object (with a
         warning when it asks for another mode, runtime or address).
 
     Raises:
         ValueError: an unknown ``cluster_mode`` or ``runtime``, ``address`` together with
-            ``init_ray_on_spark`` or ``ray_on_driver``, or a mode without what it needs (``standalone`` without ``master``, ``k8s-client`` without
-            ``container_image``); checked before anything starts.
+            ``init_ray_on_spark`` or ``ray_on_driver``, a mode without what it needs (``standalone``
+            without ``master``, ``k8s-client`` without ``container_image``), or an
+            ``object_store_memory`` that is not a size; checked before anything starts.
         TypeError: an unknown keyword argument.
 
     Examples:
-        >>> ctx = init_orca_context(cores=2)          # doctest: +SKIP
-        >>> spark = OrcaContext.get_spark_session()    # doctest: +SKIP
-        >>> stop_orca_context()                        # doctest: +SKIP
+        >>> sc = init_orca_context(cores=2)                  # doctest: +SKIP
+        >>> sc.parallelize(range(10)).sum()                  # doctest: +SKIP
+        45
+        >>> spark = OrcaContext.get_spark_session()           # doctest: +SKIP
+        >>> sc.spark_session() is spark                       # doctest: +SKIP
+        True
+        >>> stop_orca_context()                               # doctest: +SKIP
     """
     global _current
     settings, extra = _validate(cluster_mode, cores, memory, num_nodes, runtime, conf, kwargs)
@@ -633,7 +835,7 @@ def init_orca_context(
                     ", ".join(f"{k}={v!r}" for k, v in differs.items()),
                     ", ".join(f"{k}={getattr(_current, k)!r}" for k in differs),
                 )
-            return _current
+            return _current._public()
         ctx = OrcaContext(
             cluster_mode=cluster_mode,
             runtime=runtime,
@@ -654,6 +856,8 @@ def init_orca_context(
                 ctx.spark_session()
             if runtime == "ray" or init_ray_on_spark:
                 ctx.ray_runtime()
+            if ctx._spark is not None and getattr(type(ctx._spark.sparkContext), "_orca_context_face", False):
+                ctx._face = ctx._spark.sparkContext
         except BaseException:
             # Leave nothing behind: stop whatever part did start, then report the failure.
             _current = None
@@ -662,7 +866,7 @@ def init_orca_context(
             except Exception:  # noqa: BLE001 - the start error is the one to show
                 log.debug("cleanup after a failed start failed", exc_info=True)
             raise
-        return ctx
+        return ctx._public()
 
 
 def _validate(
@@ -686,8 +890,10 @@ def _validate(
     setting_names = set(OrcaSettings.__dataclass_fields__)
     for name, value in kwargs.items():
         if name in setting_names:
-            _check_setting(name, value)
-            setattr(settings, name, value)
+            for key, item in _setting_values(name, value).items():
+                setattr(settings, key, item)
+        elif name == "object_store_memory":
+            extra[name] = _object_store_bytes(value)
         elif name in SPARK_OPTIONS or name in CONTEXT_OPTIONS:
             extra[name] = value
         else:
@@ -696,6 +902,26 @@ def _validate(
     spark_options = {k: v for k, v in extra.items() if k in SPARK_OPTIONS}
     build_spark_conf(cluster_mode, cores, memory, num_nodes, conf, **spark_options)
     return settings, extra
+
+
+def _object_store_bytes(value: Any) -> int | None:
+    """``object_store_memory`` in bytes: an int is bytes, a string a size (``"1g"`` is 2**30
+    bytes, ``"512m"``, ``"1024k"``; digits alone are bytes); ``None`` leaves Ray's default."""
+    if value is None:
+        return None
+    if isinstance(value, int) and not isinstance(value, bool):
+        size = value
+    elif isinstance(value, str) and value.strip().isdigit():
+        size = int(value)
+    else:
+        try:
+            size = parse_bytes(value) if isinstance(value, str) else -1
+        except ValueError:
+            size = -1
+    if size <= 0:
+        raise ValueError(f"object_store_memory={value!r} is not a size; give bytes as an int (1073741824) or "
+                         "a string such as '1g', '512m' or '2G'.")
+    return size
 
 
 def _check_ray_choice(address: str | None, on_spark: bool, on_driver: bool) -> None:
@@ -727,12 +953,26 @@ def release_warm_workers() -> int:
 
 
 def stop_orca_context() -> None:
-    """Stop the active context's Ray and Spark; a no-op when none is running."""
-    global _current
+    """Stop the active context's Ray and Spark; a no-op when none is running.
+
+    Where Spark runs, ``sc.stop()`` on the SparkContext that :func:`init_orca_context` returned
+    does the same.
+    """
+    _stop_current(keep_jvm=False)
+
+
+def _stop_current(keep_jvm: bool) -> None:
+    """Stop the active context (``keep_jvm``: all but the JVM, see :meth:`OrcaContext._stop`), and a
+    JVM an earlier ``SparkSession.stop()`` left."""
+    global _current, _jvm_left
     with _lock:
         ctx, _current = _current, None
+        left, _jvm_left = _jvm_left, False
+    if left and _gateway_process() is not None and (ctx is None or ctx._spark is None):
+        _stop_jvm()
+        jvm_cache.build_pending()
     if ctx is not None:
-        ctx.stop()
+        ctx._stop(keep_jvm=keep_jvm)
 
 
 atexit.register(stop_orca_context)

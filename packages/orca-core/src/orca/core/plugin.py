@@ -17,14 +17,36 @@ from orca.core.codec import register_array_type
 from orca.core.context import OrcaContext, register_spark_jars
 from orca.core.engine.adapters import get_data_source, is_spark_df, is_xshards
 from orca.core.engine.backend import Backend, declare
-from orca.core.engine.callbacks import Callback, EarlyStopping, ModelCheckpoint
-from orca.core.engine.checkpoint import check_writable, reading_model_file, require_model_file, writing_file
+from orca.core.engine.callbacks import (
+    Callback,
+    EarlyStopping,
+    EveryEpoch,
+    ModelCheckpoint,
+    SeveralIteration,
+    Trigger,
+)
+from orca.core.engine.checkpoint import (
+    check_writable,
+    reading_model_file,
+    require_model_file,
+    write_checkpoint,
+    writing_file,
+)
 from orca.core.engine.convert import Part, check_class_indices, check_part, shard_to_part
 from orca.core.engine.errors import NotFittedError, OrcaWorkerError, check_positive_int
 from orca.core.engine.estimator import BaseEstimator
 from orca.core.engine.feed import Batch
 from orca.core.engine.history import History
-from orca.core.engine.metrics import AUC, MAE, MSE, Accuracy, BinaryAccuracy, Metric, Top5Accuracy
+from orca.core.engine.metrics import (
+    AUC,
+    MAE,
+    MSE,
+    Accuracy,
+    BinaryAccuracy,
+    Metric,
+    Top5Accuracy,
+    make_metrics,
+)
 from orca.core.engine.runner import Collective, Rendezvous, Runner, pack, solo_runner, unpack
 from orca.core.engine.sources import ArraySource, CreatorSource, DataFrameSource, DataSource, ShardsSource
 from orca.core.horovod import framework_module as horovod_module
@@ -34,9 +56,9 @@ from orca.core.horovod_install import install_hint as horovod_install_hint
 
 __all__ = [
     "AUC", "MAE", "MSE", "Accuracy", "ArraySource", "Backend", "BaseEstimator", "Batch", "BinaryAccuracy",
-    "Callback", "Collective", "CreatorSource", "DataFrameSource", "DataSource", "EarlyStopping", "History", "Metric",
-    "ModelCheckpoint", "NotFittedError", "OrcaContext", "OrcaWorkerError", "Part", "Rendezvous", "Runner", "ShardsSource",
-    "Top5Accuracy", "check_class_indices", "check_part", "check_positive_int", "check_writable", "declare",
-    "get_data_source", "horovod_install_hint", "horovod_module", "is_spark_df", "join_horovod", "leave_horovod", "is_xshards", "pack", "reading_model_file", "register_array_type",
-    "register_spark_jars", "require_model_file", "shard_to_part", "solo_runner", "unpack", "writing_file",
+    "Callback", "Collective", "CreatorSource", "DataFrameSource", "DataSource", "EarlyStopping", "EveryEpoch", "History", "Metric",
+    "ModelCheckpoint", "NotFittedError", "OrcaContext", "OrcaWorkerError", "Part", "Rendezvous", "Runner", "SeveralIteration", "ShardsSource",
+    "Top5Accuracy", "Trigger", "check_class_indices", "check_part", "check_positive_int", "check_writable", "declare",
+    "get_data_source", "horovod_install_hint", "horovod_module", "is_spark_df", "join_horovod", "leave_horovod", "is_xshards", "make_metrics", "pack", "reading_model_file", "register_array_type",
+    "register_spark_jars", "require_model_file", "shard_to_part", "solo_runner", "unpack", "write_checkpoint", "writing_file",
 ]

@@ -14,6 +14,7 @@ hold only paths the workers must reach), and TF caps one GraphDef at 2 GB.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Iterator
 from typing import Any
 
@@ -46,28 +47,38 @@ class SerializedDataset:
 
     @classmethod
     def from_dataset(cls, ds: Any, arg: str = "data") -> SerializedDataset:
-        """Serialize ``ds`` (a batched one is unbatched first: ``fit``'s ``batch_size`` batches it)."""
+        """Serialize ``ds`` (a batched one is unbatched first: ``fit``'s ``batch_size`` batches it).
+
+        Works as well on a dataset built with eager execution disabled (TF1 code under
+        ``tf.compat.v1.disable_v2_behavior()``): its size and graph are then read in a session on
+        the graph that holds it."""
         import tensorflow as tf
         from tensorflow.python.saved_model import nested_structure_coder
 
-        if type(ds).__name__ in _BATCHED:
-            ds = ds.unbatch()
-        if int(ds.cardinality()) == tf.data.INFINITE_CARDINALITY:
+        while type(ds).__name__ == "DatasetV1Adapter":  # tf.compat.v1.data's wrapper of a (v2) dataset
+            ds = ds._dataset
+        graph = _graph_of(ds)
+        with graph.as_default() if graph is not None else contextlib.nullcontext():
+            if type(ds).__name__ in _BATCHED:
+                ds = ds.unbatch()
+            if isinstance(ds.element_spec, dict):
+                raise TypeError(f"{arg}: a tf.data.Dataset of dicts is not supported; map it to (features, "
+                                "labels) tuples.")
+            try:
+                cardinality, graph_def = _values(graph, [
+                    ds.cardinality(),
+                    tf.raw_ops.DatasetToGraphV2(input_dataset=ds._variant_tensor, external_state_policy=_FAIL,
+                                                strip_device_assignment=True)])
+            except (tf.errors.FailedPreconditionError, tf.errors.InvalidArgumentError) as exc:
+                raise TypeError(f"{arg}: this tf.data.Dataset cannot be shipped to the workers as a graph ("
+                                f"{exc.message.strip()}); a pipeline calling Python (py_function, from_generator) "
+                                "must be built on each worker: pass a data creator f(config, batch_size) that "
+                                "builds and batches it.") from None
+        if int(cardinality) == tf.data.INFINITE_CARDINALITY:
             raise ValueError(f"{arg} is an infinite tf.data.Dataset (a repeat() without a count); remove the "
                              "repeat: each epoch reads the dataset once.")
-        if isinstance(ds.element_spec, dict):
-            raise TypeError(f"{arg}: a tf.data.Dataset of dicts is not supported; map it to (features, labels) "
-                            "tuples.")
-        try:
-            graph = tf.raw_ops.DatasetToGraphV2(input_dataset=ds._variant_tensor, external_state_policy=_FAIL,
-                                                strip_device_assignment=True)
-        except (tf.errors.FailedPreconditionError, tf.errors.InvalidArgumentError) as exc:
-            raise TypeError(f"{arg}: this tf.data.Dataset cannot be shipped to the workers as a graph ("
-                            f"{exc.message.strip()}); a pipeline calling Python (py_function, from_generator) "
-                            "must be built on each worker: pass a data creator f(config, batch_size) that "
-                            "builds and batches it.") from None
         spec = nested_structure_coder.encode_structure(ds.element_spec).SerializeToString()
-        return cls(bytes(graph.numpy()), spec)
+        return cls(bytes(graph_def), spec)
 
     def dataset(self) -> Any:
         """The dataset rebuilt from its graph (unbatched)."""
@@ -81,6 +92,36 @@ class SerializedDataset:
 
     def __call__(self, config: dict[str, Any], batch_size: int) -> Any:
         return self.dataset().batch(batch_size)
+
+
+def first_rows(ds: Any, rows: int) -> Any:
+    """The first ``rows`` rows of ``ds`` (unbatched first when it is batched), as a dataset."""
+    while type(ds).__name__ == "DatasetV1Adapter":
+        ds = ds._dataset
+    graph = _graph_of(ds)
+    with graph.as_default() if graph is not None else contextlib.nullcontext():
+        if type(ds).__name__ in _BATCHED:
+            ds = ds.unbatch()
+        return ds.take(rows)
+
+
+def _graph_of(ds: Any) -> Any:
+    """The ``tf.Graph`` holding ``ds`` (built in graph mode: TF1 code, ``disable_eager_execution``),
+    or None for an eager dataset."""
+    try:
+        return ds._variant_tensor.graph
+    except AttributeError:  # an EagerTensor has no graph
+        return None
+
+
+def _values(graph: Any, tensors: list[Any]) -> list[Any]:
+    """The values of ``tensors``: eager ones as they are, graph ones run in a session on ``graph``."""
+    if graph is None:
+        return [t.numpy() for t in tensors]
+    import tensorflow as tf
+
+    with tf.compat.v1.Session(graph=graph) as sess:
+        return list(sess.run(tensors))
 
 
 def dataset_batches(ds: Any, world: int, rank: int, steps: int | None) -> Iterator[Batch]:

@@ -35,6 +35,29 @@ def legacy_keras(model: Any = None) -> Any:
     return tf_keras
 
 
+def eager() -> Any:
+    """A context in which TensorFlow executes eagerly, also in a process that turned eager
+    execution off (TF1 code under ``tf.compat.v1.disable_v2_behavior()``): Orca's own driver-side
+    Keras work (merging metric states) runs there, as on the workers."""
+    from tensorflow.python.eager import context
+
+    return context.eager_mode()
+
+
+def graph_mode_model(model: Any, state: dict[str, Any] | None) -> Any:
+    """``model`` (a tf_keras model built in graph mode) given ``state``'s weights and optimizer
+    state through the Keras session, as TF1 code reads a model."""
+    if state is None:
+        return model
+    model.set_weights(state["weights"])
+    opt, values = getattr(model, "optimizer", None), state.get("optimizer")
+    if opt is not None and values and hasattr(opt, "_create_all_weights"):
+        opt._create_all_weights(model.trainable_variables)  # slots exist once the optimizer has stepped
+        if len(opt.weights) == len(values):
+            opt.set_weights(values)
+    return model
+
+
 def check_model(model: Any, where: str = "the model creator") -> None:
     """Raise TypeError unless ``model`` is a compiled Keras model (either flavour)."""
     if not (hasattr(model, "trainable_variables") and hasattr(model, "compile") and hasattr(model, "predict")):
@@ -100,14 +123,20 @@ def _override(compile_config: dict[str, Any], legacy: bool, optimizer: Any, metr
                             f"{type(obj).__module__}.{type(obj).__name__}.")
         return module.serialize(obj)
 
-    out = dict(compile_config)
+    v1 = "v1" in compile_config  # (a model compiled with eager execution off: see _v1_compile_args)
+    out = dict(compile_config["v1"] if v1 else compile_config)
     if optimizer is not None:
-        out["optimizer"] = plain(optimizer, "optimizer", flavour.optimizers, flavour.optimizers.Optimizer)
+        base = (flavour.optimizers.Optimizer, getattr(getattr(flavour.optimizers, "legacy", None), "Optimizer", ()))
+        out["optimizer"] = plain(optimizer, "optimizer", flavour.optimizers, base)
+        out["legacy_optimizer"] = ".legacy." in type(optimizer).__module__
     if metrics is not None:
         if isinstance(metrics, (str, dict)) or not hasattr(metrics, "__iter__"):
             raise TypeError(f"metrics must be a list of metric names or {name} metric objects, got "
                             f"{type(metrics).__name__}.")
         out["metrics"] = [plain(m, "metric", flavour.metrics, flavour.metrics.Metric) for m in metrics]
+    if v1:
+        return {"v1": out}
+    out.pop("legacy_optimizer", None)
     return out
 
 
@@ -129,10 +158,14 @@ def model_to_spec(model: Any, optimizer: Any = None, metrics: Any = None) -> dic
 
             config = keras.saving.serialize_keras_object(model)
         compile_config = model.get_compile_config()
+        if compile_config is None and legacy:  # compiled with eager execution off: TF1's training_v1
+            compile_config = {"v1": _v1_compile_args(model)}
     except (AttributeError, NotImplementedError, TypeError, ValueError) as exc:
         raise ValueError(f"keras_model: the model or its compile configuration cannot be serialized ({exc}); "
                          "pass model_creator= (a function building the model on each worker) instead.") from None
     compile_config = _override(compile_config, legacy, optimizer, metrics)
+    if compile_config is None:
+        raise ValueError("keras_model: the model reports no compile configuration; pass model_creator= instead.")
     try:
         blob = {"model": json.dumps(config), "compile": json.dumps(compile_config)}
     except TypeError as exc:
@@ -152,5 +185,52 @@ def model_from_spec(spec: dict[str, Any], config: dict[str, Any]) -> Any:
 
         model = keras.saving.deserialize_keras_object(json.loads(spec["model"]))
     model.set_weights(spec["weights"])
-    model.compile_from_config(json.loads(spec["compile"]))
+    compile_config = json.loads(spec["compile"])
+    if "v1" in compile_config:
+        model.compile(**_v1_compile_kwargs(compile_config["v1"], legacy_keras()))
+    else:
+        model.compile_from_config(compile_config)
     return model
+
+
+def _v1_compile_args(model: Any) -> dict[str, Any]:
+    """The compile arguments of a tf_keras model compiled with eager execution disabled (TF1 code
+    under ``tf.compat.v1.disable_v2_behavior()``, whose ``training_v1`` keeps no compile config),
+    each in Keras' legacy serialized form (plain data)."""
+    keras = legacy_keras(model)
+
+    def plain(obj: Any, module: Any) -> Any:
+        return obj if obj is None or isinstance(obj, str) else module.serialize(obj)
+
+    opt = model.optimizer
+    metrics = getattr(model, "_compile_metrics", None)
+    weighted = getattr(model, "_compile_weighted_metrics", None)
+    loss = model.loss
+    return {
+        "optimizer": plain(opt, keras.optimizers), "legacy_optimizer": ".legacy." in type(opt).__module__,
+        "loss": ({"by_output": {k: plain(v, keras.losses) for k, v in loss.items()}} if isinstance(loss, dict)
+                 else {"per_output": [plain(v, keras.losses) for v in loss]} if isinstance(loss, (list, tuple))
+                 else {"one": plain(loss, keras.losses)}),
+        "metrics": None if metrics is None else [plain(m, keras.metrics) for m in metrics],
+        "weighted_metrics": None if weighted is None else [plain(m, keras.metrics) for m in weighted],
+        "loss_weights": getattr(model, "loss_weights", None),
+    }
+
+
+def _v1_compile_kwargs(args: dict[str, Any], keras: Any) -> dict[str, Any]:
+    """``model.compile`` keyword arguments rebuilt from :func:`_v1_compile_args`."""
+
+    def obj(value: Any, module: Any, **kw: Any) -> Any:
+        return value if value is None or isinstance(value, str) else module.deserialize(value, **kw)
+
+    loss = args["loss"]
+    return {
+        "optimizer": obj(args["optimizer"], keras.optimizers, use_legacy_optimizer=args["legacy_optimizer"]),
+        "loss": ({k: obj(v, keras.losses) for k, v in loss["by_output"].items()} if "by_output" in loss
+                 else [obj(v, keras.losses) for v in loss["per_output"]] if "per_output" in loss
+                 else obj(loss["one"], keras.losses)),
+        "metrics": None if args["metrics"] is None else [obj(m, keras.metrics) for m in args["metrics"]],
+        "weighted_metrics": (None if args["weighted_metrics"] is None
+                             else [obj(m, keras.metrics) for m in args["weighted_metrics"]]),
+        "loss_weights": args["loss_weights"],
+    }

@@ -22,7 +22,8 @@ from orca.core.plugin import (
     require_model_file,
     solo_runner,
 )
-from orca.tf._dataset import dataset_adapter
+from orca.tf import _keras
+from orca.tf._dataset import dataset_adapter, first_rows, is_dataset
 from orca.tf.runner import BigDLKerasRunner, HorovodKerasRunner, KerasRunner
 
 if TYPE_CHECKING:
@@ -288,6 +289,7 @@ class Estimator(BaseEstimator):
         shuffle: bool | str = True,
         max_failures: int | None = None,
         skip_non_finite_steps: bool = False,
+        data_config: dict[str, Any] | None = None,
     ) -> History:
         """Train data-parallel; every step applies exactly the global batch's gradient.
 
@@ -322,6 +324,9 @@ class Estimator(BaseEstimator):
             skip_non_finite_steps: leave out (not apply) a step whose all-reduced gradient holds
                 NaN/Inf, on every worker alike, and count it in the History's ``skipped_steps``
                 (see ``BaseEstimator.fit``); the compiled metrics still see the skipped batch.
+            data_config: the reference's: merged into the config a data creator (of ``data`` and
+                ``validation_data``) is called with; other data ignore it (a one-time warning: their
+                types come from the data, no ``output_signature`` is needed).
 
         Returns:
             A History: ``history.history`` has Keras' keys (``loss``, compiled metric names,
@@ -345,37 +350,91 @@ class Estimator(BaseEstimator):
             self._epoch = initial_epoch
         options = {"callbacks": keras_cbs, "class_weight": class_weight, "epochs": epochs,
                    "steps_per_epoch": steps_per_epoch, "validation_steps": validation_steps, "steps": steps_per_epoch}
+        data = _with_data_config(data, data_config)
+        validation_data = _with_data_config(validation_data, data_config)
         use_tqdm = self.use_tqdm
         if verbose is not None:
             self.use_tqdm = bool(verbose)
         try:
-            history = super().fit(data, epochs=epochs - initial_epoch, batch_size=batch_size,
-                                  feature_cols=feature_cols, label_cols=label_cols, validation_data=validation_data,
-                                  callbacks=[_KerasFit(options), *orca_cbs], shuffle=shuffle,
-                                  validation_freq=validation_freq, steps_per_epoch=steps_per_epoch,
-                                  validation_steps=validation_steps, max_failures=max_failures,
-                                  skip_non_finite_steps=skip_non_finite_steps)
+            with _keras.eager():  # the driver's Keras work runs eagerly, also under TF1 code (disable_v2_behavior)
+                history = super().fit(data, epochs=epochs - initial_epoch, batch_size=batch_size,
+                                      feature_cols=feature_cols, label_cols=label_cols,
+                                      validation_data=validation_data, callbacks=[_KerasFit(options), *orca_cbs],
+                                      shuffle=shuffle, validation_freq=validation_freq,
+                                      steps_per_epoch=steps_per_epoch, validation_steps=validation_steps,
+                                      max_failures=max_failures, skip_non_finite_steps=skip_non_finite_steps)
         finally:
             self.use_tqdm = use_tqdm
+        # Keras' History.params: with history.history, what the reference's fit returned as one dict
+        history.params = {"verbose": int(bool(self.use_tqdm if verbose is None else verbose)), "epochs": epochs,
+                          "steps": history[-1].get("batch_count") if history else steps_per_epoch}
         return history
 
-    def evaluate(self, data: Any, batch_size: int = 32, feature_cols: Any = None,
-                 label_cols: Any = None) -> dict[str, float]:
+    def evaluate(self, data: Any, batch_size: int = 32, num_steps: int | None = None,
+                 feature_cols: Any = None, label_cols: Any = None,
+                 data_config: dict[str, Any] | None = None) -> dict[str, float]:
         """Evaluate the compiled loss and metrics exactly over ``data`` (merged over all workers).
+
+        Args:
+            data: data as for :meth:`fit`.
+            batch_size: the global batch size, split across the workers.
+            num_steps: evaluate only the first ``num_steps`` global batches (the first
+                ``num_steps * batch_size`` rows; of a data creator, ``num_steps`` batches per
+                worker). ``None``: all of ``data``.
+            feature_cols: input column(s).
+            label_cols: target column(s).
+            data_config: merged into a data creator's config (see :meth:`fit`).
 
         Returns:
             ``{"loss": ..., "<metric>": ..., "num_samples": N}`` with Keras' metric names; the
-            same values are also under ``val_``-prefixed keys.
+            same values are also under ``val_``- and ``validation_``-prefixed keys (the latter
+            are the reference's).
+
+        Raises:
+            ValueError: ``num_steps`` is not a positive int, or covers part of an XShards only.
         """
-        stats = super().evaluate(data, batch_size=batch_size, feature_cols=feature_cols, label_cols=label_cols)
+        data = _with_data_config(data, data_config)
+        if num_steps is not None:
+            check_positive_int("num_steps", num_steps)
+            data = _first_steps(data, num_steps, batch_size, self.num_workers)
+        with _keras.eager():
+            stats = super().evaluate(data, batch_size=batch_size, feature_cols=feature_cols, label_cols=label_cols)
         plain = {k[4:]: v for k, v in stats.items() if k.startswith("val_")}
-        return {**plain, **stats}
+        return {**plain, **stats, **{f"validation_{k}": v for k, v in plain.items()}}
+
+    def predict(self, data: Any, batch_size: int = 32, feature_cols: Any = None,
+                output_cols: Sequence[str] | None = None) -> Any:
+        """Predict ``data``; the result has the input's container type (see ``BaseEstimator.predict``)."""
+        with _keras.eager():
+            return super().predict(data, batch_size=batch_size, feature_cols=feature_cols, output_cols=output_cols)
 
     # ------------------------------------------------------------ model I/O
-    def get_model(self) -> Any:
-        """The trained Keras model (a copy built on the driver)."""
-        runner = solo_runner(KerasRunner, self.spec, self.get_state())
+    def get_model(self, set_weights: bool = True, sample_input: Any = None) -> Any:
+        """The trained Keras model (a copy built on the driver).
+
+        Args:
+            set_weights: ``False`` gives the creator's model as it builds it, without the trained
+                weights (the reference's spark backend's argument).
+            sample_input: an input the model is called on before the weights are set: it builds
+                a subclassed model whose creator does not (the reference's ray backend's argument).
+
+        In a process that turned eager execution off (TF1 code: ``disable_v2_behavior()``), the
+        model is a graph-mode tf_keras model, read through the Keras session as TF1 code reads one.
+        """
+        import tensorflow as tf
+
+        from orca.tf._keras import graph_mode_model
+        from orca.tf.runner import build_model
+
+        state = self.get_state() if set_weights else None
+        if not tf.executing_eagerly():
+            return graph_mode_model(build_model(self.spec, dict(self.spec.get("config") or {})), state)
+        runner = solo_runner(KerasRunner, self.spec, None if sample_input is not None else state)
         assert isinstance(runner, KerasRunner)
+        if sample_input is not None:
+            runner.model(sample_input, training=False)  # creates a subclassed model's variables
+            if state is not None:
+                runner.set_state(state)
         return runner.model
 
     def save_mlflow_model(self, path: str) -> bool:
@@ -482,7 +541,9 @@ class Estimator(BaseEstimator):
                 loaded = keras.models.load_model(filepath, compile=not filepath.endswith((".h5", ".hdf5")))
         state: dict[str, Any] = {"weights": loaded.get_weights()}
         if getattr(loaded, "optimizer", None) is not None:
-            state["optimizer"] = [v.numpy() for v in optimizer_variables(loaded)]
+            variables = optimizer_variables(loaded)  # (read through the Keras session in graph mode: TF1 code)
+            state["optimizer"] = (legacy_keras(loaded).backend.batch_get_value(variables) if is_legacy(loaded)
+                                  else [v.numpy() for v in variables])
         self.set_state(state)
 
     def save_weights(self, filepath: str, overwrite: bool = True) -> str:
@@ -512,6 +573,73 @@ def _creator_of(keras_model: Any, optimizer: Any = None, metrics: Any = None) ->
         raise ValueError("keras_model is not compiled: call keras_model.compile(optimizer=..., loss=..., "
                          "metrics=...) first.")
     return functools.partial(_keras.model_from_spec, _keras.model_to_spec(keras_model, optimizer, metrics))
+
+
+_warned: set[str] = set()
+
+
+class _WithConfig:
+    """A data creator called with ``data_config`` merged into its config."""
+
+    def __init__(self, creator: Callable[..., Any], extra: dict[str, Any]) -> None:
+        self.creator, self.extra = creator, extra
+
+    def __call__(self, config: dict[str, Any], batch_size: int) -> Any:
+        return self.creator({**config, **self.extra}, batch_size)
+
+
+def _is_creator(data: Any) -> bool:
+    return callable(data) and not is_dataset(data) and not hasattr(data, "num_partitions")
+
+
+def _with_data_config(data: Any, data_config: dict[str, Any] | None) -> Any:
+    """``data`` with the reference's ``data_config`` applied: merged into a creator's config."""
+    if data_config is None or data is None:
+        return data
+    if not isinstance(data_config, dict):
+        raise TypeError(f"data_config must be a dict, got {type(data_config).__name__}.")
+    if _is_creator(data):
+        return _WithConfig(data, dict(data_config))
+    if "data_config" not in _warned:
+        _warned.add("data_config")
+        import warnings
+
+        warnings.warn(f"data_config has no effect on {type(data).__name__} data: Orca reads the types from the "
+                      "data itself (no output_signature needed); it is merged into a data creator's config only.",
+                      UserWarning, stacklevel=3)
+    return data
+
+
+class _FirstSteps:
+    """A data creator's first ``steps`` batches on each of ``world`` workers (they read batches
+    ``rank, rank + world, ...``)."""
+
+    def __init__(self, creator: Callable[..., Any], steps: int, world: int) -> None:
+        self.creator, self.steps, self.world = creator, steps, world
+
+    def __call__(self, config: dict[str, Any], batch_size: int) -> Any:
+        return self.creator(config, batch_size).take(self.steps * self.world)
+
+
+def _first_steps(data: Any, steps: int, batch_size: int, world: int) -> Any:
+    """``data`` cut to its first ``steps`` global batches (``evaluate(num_steps=)``)."""
+    rows = steps * batch_size
+    if is_dataset(data):
+        return first_rows(data, rows)
+    if _is_creator(data):
+        return _FirstSteps(data, steps, world)
+    if type(data).__name__ == "DataFrame" and hasattr(data, "limit"):  # a Spark DataFrame
+        return data.limit(rows)
+    if hasattr(data, "num_rows_per_partition"):  # an XShards
+        if sum(data.num_rows_per_partition()) > rows:
+            raise ValueError(f"num_steps={steps} covers {rows} of the XShards' {sum(data.num_rows_per_partition())} "
+                             "rows: evaluate a subset of it (or num_steps=None for all of it).")
+        return data
+    if isinstance(data, dict):
+        return {k: _first_steps(v, steps, batch_size, world) for k, v in data.items()}
+    if isinstance(data, (tuple, list)):
+        return type(data)(_first_steps(v, steps, batch_size, world) for v in data)
+    return data[:rows] if hasattr(data, "__getitem__") and hasattr(data, "shape") else data
 
 
 def _installed(md: Any, dist: str) -> bool:

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import logging
+import os
+import re
+import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -12,9 +15,12 @@ import torch
 from orca.core.plugin import (
     Backend,
     BaseEstimator,
+    Callback,
     CreatorSource,
     DataSource,
+    History,
     NotFittedError,
+    Trigger,
     check_writable,
     declare,
     horovod_install_hint,
@@ -23,11 +29,60 @@ from orca.core.plugin import (
     solo_runner,
     writing_file,
 )
+from orca.torch._callbacks import ModelCheckpoint
+from orca.torch._main_callback import MainCallback
 from orca.torch._spec import build_model, check_loss, check_model, describe_optimizer
+from orca.torch.metrics import add_reference_eval_keys, add_reference_fit_keys, reference_keys, torch_metrics
 from orca.torch.runner import BigDLTorchRunner, HorovodTorchRunner, TorchRunner
 from torch import nn
 
 log = logging.getLogger("orca")
+_warned: set[str] = set()
+
+
+def _warn_once(key: str, message: str) -> None:
+    if key not in _warned:
+        _warned.add(key)
+        log.warning(message)
+
+
+class _ProfileTimes(Callback):
+    """``fit(profile=True)``: rank 0's timings of each epoch, added to its stats as ``profile``
+    (the reference's keys: ``mean_train_epoch_s``, ``mean_validation_s``; and ``mean_train_batch_s``)."""
+
+    def on_epoch_begin(self, epoch: int, logs: dict[str, Any] | None = None) -> None:
+        self.start = self.last = time.perf_counter()
+        self.steps = 0
+
+    def on_batch_end(self, step: int, logs: dict[str, Any] | None = None) -> None:
+        self.steps += 1
+        self.last = time.perf_counter()
+
+    def on_epoch_end(self, epoch: int, logs: dict[str, Any] | None = None) -> None:
+        if logs is None:
+            return
+        train = self.last - self.start
+        profile = {"mean_train_epoch_s": train, "mean_train_batch_s": train / max(1, self.steps)}
+        if "val_loss" in logs:  # the validation pass and the epoch's merge, after the last step
+            profile["mean_validation_s"] = time.perf_counter() - self.last
+        logs["profile"] = profile  # rank 0's History entry (what fit returns)
+
+
+def _eval_profile(states: Sequence[dict[str, Any]]) -> dict[str, float]:
+    """The reference's ``profile`` of an evaluation: each worker's pass and its mean forward step, averaged."""
+    times = [s["__profile__"] for s in states if s.get("__profile__")]
+    if not times:
+        return {}
+    return {"mean_validation_s": sum(t["validation_s"] for t in times) / len(times),
+            "mean_eval_fwd_s": sum(t["eval_fwd_s"] / max(1, t["batches"]) for t in times) / len(times)}
+
+
+def _main_callbacks(callbacks: Sequence[Any] | None, call: str) -> list[Any]:
+    mains = [cb for cb in callbacks or [] if isinstance(cb, MainCallback)]
+    if len(mains) > 1:
+        raise ValueError(f"{call}: at most one MainCallback runs the steps, got {len(mains)}: "
+                         f"{[type(m).__name__ for m in mains]}.")
+    return mains
 
 
 class Estimator(BaseEstimator):
@@ -76,7 +131,9 @@ class Estimator(BaseEstimator):
             loss: a loss module (``nn.CrossEntropyLoss()``), a creator ``f(config)``, or a function
                 ``f(output, target)``.
             metrics: metric names (``"accuracy"``, ``"top5accuracy"``, ``"binary_accuracy"``,
-                ``"mse"``, ``"mae"``, ``"auc"``), Metric objects or functions ``f(pred, target)``.
+                ``"mse"``, ``"mae"``, ``"auc"``), Metric objects or functions ``f(pred, target)`` (called
+                on torch tensors, the batch's output and its label, as the reference; a function that
+                fails on tensors gets numpy arrays).
             backend: ``"bigdl"`` (the default, as in the reference: Spark barrier tasks kept in step by
                 Orca's own parameter sync, :mod:`orca.core.sync`, a reduce-scatter + all-gather of the
                 flat gradients as in BigDL), ``"ray"`` (Ray actors, torch.distributed gloo) or
@@ -86,7 +143,8 @@ class Estimator(BaseEstimator):
             config: a dict handed to every creator.
             workers_per_node: workers per node; ``batch_size`` is split across all workers.
             scheduler_creator: ``f(optimizer, config)`` returning an LR scheduler, stepped per epoch.
-            model_dir: default directory for checkpoints.
+            model_dir: where ``fit(checkpoint_trigger=...)`` writes its checkpoints
+                (``load_orca_checkpoint(model_dir)`` reads the newest).
             sync_stats: accepted for compatibility with the reference: stats are always merged
                 over all workers (exact sums, not per-worker means), so every worker reports the same.
             use_tqdm: show a progress bar on the driver.
@@ -122,7 +180,7 @@ class Estimator(BaseEstimator):
             "scheduler_creator": scheduler_creator,
             "seed": seed,
         }
-        return cls(spec=spec, backend=backend, workers_per_node=workers_per_node, metrics=metrics,
+        return cls(spec=spec, backend=backend, workers_per_node=workers_per_node, metrics=torch_metrics(metrics),
                    model_dir=model_dir, sync_stats=sync_stats, use_tqdm=use_tqdm)
 
     # ------------------------------------------------------------ adapters
@@ -151,6 +209,212 @@ class Estimator(BaseEstimator):
         if self.spec.get("model") is None and self.get_state() is None:
             raise NotFittedError("this Estimator has no model: pass model=... to from_torch, or load() a saved "
                                  "entire model first.")
+
+    # ------------------------------------------------------------ fit / evaluate / predict
+    def fit(self, data: Any, epochs: int = 1, batch_size: int = 32, feature_cols: Any = None,  # type: ignore[override]
+            label_cols: Any = None, validation_data: Any = None, callbacks: list[Callback] | None = None,
+            max_steps: int | None = None, shuffle: bool | str = True, reduce_results: bool = True,
+            validation_freq: int = 1, steps_per_epoch: int | None = None, validation_steps: int | None = None,
+            max_failures: int | None = None, skip_non_finite_steps: bool = False, profile: bool = False,
+            checkpoint_trigger: Trigger | None = None) -> History:
+        """Train on ``data`` for ``epochs`` epochs, data-parallel over the workers; see
+        :meth:`orca.core.engine.BaseEstimator.fit` for the arguments Orca shares with every framework.
+
+        Args:
+            data: a Spark DataFrame, an XShards, numpy data, a ``DataLoader`` or a data creator
+                ``f(config, batch_size)`` returning one.
+            callbacks: orca Callbacks (:mod:`orca.torch.callbacks`: the reference's ``before_*``/
+                ``after_*`` hooks and ``self.model`` too), at most one :class:`MainCallback` (a custom step).
+            profile: add each epoch's timings as ``stats["profile"]`` (rank 0's ``mean_train_epoch_s``,
+                ``mean_train_batch_s`` and, when it validated, ``mean_validation_s``), as the reference.
+            checkpoint_trigger: ``EveryEpoch()`` or ``SeveralIteration(n)``: write a checkpoint into
+                ``model_dir`` then (``load_orca_checkpoint(model_dir)`` reads the newest; without
+                ``model_dir`` nothing is written, as in the reference, and a warning says so).
+
+        Returns:
+            A :class:`History`, one dict per epoch (per-worker lists with ``reduce_results=False``): Orca's
+            stats (``train_loss``, ``val_loss``, ``val_<metric>``...) and the reference's validation
+            keys (``val_`` + its metric name in lower case, e.g. ``val_top5accuracy``).
+
+        Raises:
+            ValueError: more than one MainCallback.
+            TypeError: a ``checkpoint_trigger`` that is not an Orca trigger.
+        """
+        cbs = list(callbacks or [])
+        _main_callbacks(cbs, "fit")
+        if checkpoint_trigger is not None:
+            cbs += self._trigger_checkpoint(checkpoint_trigger)
+        if profile:
+            cbs.insert(0, _ProfileTimes())
+        history = super().fit(data, epochs=epochs, batch_size=batch_size, feature_cols=feature_cols,
+                              label_cols=label_cols, validation_data=validation_data, callbacks=cbs,
+                              max_steps=max_steps, shuffle=shuffle, reduce_results=reduce_results,
+                              validation_freq=validation_freq, steps_per_epoch=steps_per_epoch,
+                              validation_steps=validation_steps, max_failures=max_failures,
+                              skip_non_finite_steps=skip_non_finite_steps)
+        keys = reference_keys(self.metrics)
+        for epoch in history:
+            for stats in (epoch if isinstance(epoch, list) else [epoch]):
+                add_reference_fit_keys(stats, keys)
+        return history
+
+    def _trigger_checkpoint(self, trigger: Trigger) -> list[Callback]:
+        """The ModelCheckpoint a ``checkpoint_trigger`` stands for, writing into ``model_dir``."""
+        if not isinstance(trigger, Trigger):
+            raise TypeError(f"checkpoint_trigger must be orca's EveryEpoch() or SeveralIteration(n) "
+                            f"(orca.core.engine.callbacks), got {type(trigger).__name__}.")
+        if not self.model_dir:
+            _warn_once("trigger", f"fit(checkpoint_trigger={trigger!r}) without from_torch(model_dir=...): nothing is "
+                                  "checkpointed (as in the reference); pass model_dir to write checkpoints there.")
+            return []
+        if trigger.interval is None:
+            return [ModelCheckpoint(os.path.join(self.model_dir, "model-{epoch}"))]
+        return [ModelCheckpoint(os.path.join(self.model_dir, "model-{iter}"), by_epoch=False,
+                                interval=trigger.interval)]
+
+    def evaluate(self, data: Any, batch_size: int = 32, feature_cols: Any = None,  # type: ignore[override]
+                 label_cols: Any = None, num_steps: int | None = None, profile: bool = False,
+                 reduce_results: bool = True, callbacks: list[Callback] | None = None,
+                 ) -> dict[str, Any] | list[dict[str, Any]]:
+        """Evaluate the loss and metrics over ``data``, merged exactly over the workers.
+
+        Args:
+            data: as ``fit``'s.
+            batch_size: the global batch size, split across the workers.
+            feature_cols: input columns (DataFrame / pandas XShards).
+            label_cols: target columns.
+            num_steps: evaluate at most this many batches on each worker (each partition on the
+                ``spark`` and ``bigdl`` backends, each actor on ``ray``), as the reference.
+            profile: add ``result["profile"]``: ``mean_validation_s`` (a worker's pass) and
+                ``mean_eval_fwd_s`` (its mean step), averaged over the workers.
+            reduce_results: ``False``: one result per worker (per partition on the Spark backends),
+                each over that worker's rows only, as the reference returned them.
+            callbacks: a :class:`MainCallback` runs the evaluation steps (``on_val_forward``); other
+                callbacks have no evaluation hooks in Orca (a warning says so once).
+
+        Returns:
+            ``{"val_loss", "val_<metric>", "num_samples"}`` and each metric under the reference's name
+            (``"Accuracy"``, ``"MSE"``, a metric function's name) as a 0-d tensor; a list of such
+            dicts with ``reduce_results=False``.
+        """
+        cbs = list(callbacks or [])
+        mains = _main_callbacks(cbs, "evaluate")
+        if len(cbs) > len(mains):
+            _warn_once("evaluate_callbacks", "evaluate(callbacks=...): only a MainCallback runs in evaluate (its "
+                                             "on_val_forward); Orca's callbacks have no evaluation hooks.")
+        states = self._evaluate_states(data, batch_size, feature_cols, label_cols, num_steps=num_steps,
+                                       profile=profile, callbacks=mains)
+        keys = reference_keys(self.metrics)
+
+        def result(part: Sequence[dict[str, Any]]) -> dict[str, Any]:
+            out: dict[str, Any] = add_reference_eval_keys(dict(self._merge_evaluations(part)), keys)
+            if profile:
+                out["profile"] = _eval_profile(part)
+            return out
+
+        return result(states) if reduce_results else [result([s]) for s in states]
+
+    def predict(self, data: Any, batch_size: int = 32, feature_cols: Any = None,  # type: ignore[override]
+                output_cols: Sequence[str] | None = None, profile: bool = False,
+                callbacks: list[Callback] | None = None) -> Any:
+        """Predict ``data`` (see :meth:`orca.core.engine.BaseEstimator.predict`).
+
+        Args:
+            profile: accepted as in the reference, whose ``predict`` returned the predictions only
+                (its timings never reached the caller): no effect.
+            callbacks: not run (Orca predicts where the data lives, with the model's forward; a warning
+                says so once).
+
+        Raises:
+            ValueError: a MainCallback that overrides ``on_pred_forward`` (a custom prediction step,
+                which predict cannot run: refused rather than silently ignored).
+        """
+        del profile  # see the docstring
+        for cb in _main_callbacks(callbacks, "predict"):
+            if type(cb).on_pred_forward is not MainCallback.on_pred_forward:
+                raise ValueError(f"predict cannot run {type(cb).__name__}.on_pred_forward: Orca predicts with the "
+                                 "model's own forward; put the custom prediction into the model's forward.")
+        if callbacks:
+            _warn_once("predict_callbacks", "predict(callbacks=...): callbacks are not run by predict in Orca.")
+        return super().predict(data, batch_size=batch_size, feature_cols=feature_cols, output_cols=output_cols)
+
+    # ------------------------------------------------------------ the reference's state dict
+    def get_state_dict(self) -> dict[str, Any]:
+        """The Estimator's state as the reference gave it: ``{"epoch": epochs trained, "models":
+        [the model's state dict], "optimizers": [the optimizer's state dict], "schedulers": [...]}``
+        (optimizers and schedulers where there are some).
+
+        Raises:
+            NotFittedError: there is no model.
+        """
+        self._require_model()
+        state = self.get_state()
+        if state is None or "optimizer" not in state and self.spec.get("optimizer") is not None:
+            runner = solo_runner(TorchRunner, self.spec, state)
+            state = runner.get_state()
+        out: dict[str, Any] = {"epoch": self.epochs_trained, "models": [state["model"]]}
+        if state.get("optimizer") is not None:
+            out["optimizers"] = [state["optimizer"]]
+        if state.get("scheduler") is not None:
+            out["schedulers"] = [state["scheduler"]]
+        return out
+
+    def load_state_dict(self, state_dict: dict[str, Any], blocking: bool = True) -> None:
+        """Load a state the reference's ``get_state_dict`` wrote (``{"models": [...], "optimizers": [...],
+        "epoch": n}``) or a model's plain state dict; the workers load it before their next call.
+
+        Args:
+            state_dict: the state.
+            blocking: accepted as in the reference; the driver holds the state, so this returns at once.
+
+        Raises:
+            NotFittedError: from_torch had no model to load it into.
+            TypeError: ``state_dict`` is not a dict.
+        """
+        del blocking
+        if not isinstance(state_dict, dict):
+            raise TypeError(f"load_state_dict takes a dict (get_state_dict()'s or a model's state_dict()), got "
+                            f"{type(state_dict).__name__}.")
+        self._require_model()
+        if "models" not in state_dict:
+            state_dict = {"models": [state_dict]}
+        state: dict[str, Any] = {"model": state_dict["models"][0]}
+        for key, ours in (("optimizers", "optimizer"), ("schedulers", "scheduler")):
+            if state_dict.get(key):
+                state[ours] = state_dict[key][0]
+        if "epoch" in state_dict:
+            self._epoch = int(state_dict["epoch"])
+        self.set_state(state)
+
+    def load_orca_checkpoint(self, path: str, version: int | None = None, prefix: str | None = None) -> None:
+        """Load a checkpoint ``fit(checkpoint_trigger=...)`` wrote: ``path`` is the ``model_dir`` (its
+        newest checkpoint, or the one of ``version``: the epoch or step number in its name) or a file.
+
+        Args:
+            path: the checkpoint directory or file (local or fsspec URL).
+            version: the epoch (``EveryEpoch``) or step (``SeveralIteration``) of the checkpoint.
+            prefix: accepted as in the reference (the name of its optimizer file); an Orca checkpoint
+                is one file holding the model and the optimizer.
+
+        Raises:
+            FileNotFoundError: no such checkpoint.
+        """
+        import fsspec
+
+        del prefix  # see the docstring
+
+        fs, _, (root,) = fsspec.get_fs_token_paths(path)
+        if fs.isfile(root):
+            self.load_checkpoint(path)
+            return
+        if version is None:
+            self.load_checkpoint(self.latest_checkpoint(path))
+            return
+        names = [p for p in fs.ls(root, detail=False) if re.findall(r"(\d+)", os.path.basename(p))[-1:] == [str(version)]]
+        if not names:
+            raise FileNotFoundError(f"no checkpoint of version {version} in {path!r}.")
+        protocol = fs.protocol[0] if isinstance(fs.protocol, (list, tuple)) else fs.protocol
+        self.load_checkpoint(names[0] if "://" not in path else f"{protocol}://{names[0]}")
 
     # ------------------------------------------------------------ model I/O
     def get_model(self) -> nn.Module:

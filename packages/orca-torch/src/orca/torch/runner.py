@@ -125,6 +125,8 @@ class TorchRunner(Runner):
     """Runs a torch model in one Orca worker."""
 
     can_skip_steps = True
+    #: the fit's (or evaluate's) MainCallback while one is bound (orca.torch.callbacks): it runs the steps
+    main_callback: Any = None
     reuses_process = True  # setup rebuilds the model, re-seeds and re-forms the process group
     #: all-reduce the gradient in buckets from backward hooks (torch.distributed's async
     #: collectives); a subclass whose transport has none all-reduces the whole buffer after backward
@@ -255,6 +257,8 @@ class TorchRunner(Runner):
             raise ValueError("no optimizer was given to from_torch(optimizer=...); it is needed to train.")
         if not self.model.training:  # (not every step: train() walks every module)
             self.model.train()
+        if self.main_callback is not None:
+            return self._train_batch_by_hooks(batch, skip_non_finite)
         alone = self.world == 1  # nothing to all-reduce: no flat buffer to zero, fresh gradients as plain torch
         if alone:
             self.optimizer.zero_grad(set_to_none=True)
@@ -274,6 +278,37 @@ class TorchRunner(Runner):
         self.optimizer.step()
         return value
 
+    def _hook_view(self, batch: Batch) -> Any:
+        """The main callback's runner view holding ``batch`` as the reference's ``runner.batch``."""
+        view = self.main_callback._runner_view()
+        view.batch = [*(_tensor(a, self.float_dtype) for a in batch.x), *(_tensor(a, self.float_dtype) for a in batch.y)]
+        view.output = view.loss = view.target = None
+        return view
+
+    def _train_batch_by_hooks(self, batch: Batch, skip_non_finite: bool) -> float | None:
+        """One step through the bound MainCallback's ``on_train_forward``/``on_iter_backward`` (see
+        :mod:`orca.torch._main_callback`): its optimizer averages the gradient over the workers first."""
+        flat = None if self.world == 1 else self._grad_buffer()
+        optimizer = _SyncedOptimizer(self, flat, skip_non_finite)
+        optimizer.zero_grad()
+        value = 0.0
+        if batch.size > 0:
+            view = self._hook_view(batch)
+            view.optimizer = optimizer
+            self.main_callback.on_train_forward(view)
+            if not isinstance(view.loss, torch.Tensor):
+                raise TypeError(f"{type(self.main_callback).__name__}.on_train_forward must set runner.loss to a tensor, "
+                                f"got {type(view.loss).__name__}.")
+            value = float(view.loss.detach())
+            if batch.weight != 1.0:  # the batch's share of the global batch, as the runner's own step
+                view.loss = view.loss * batch.weight
+            self.main_callback.on_iter_backward(view)
+            view.batch = view.output = view.loss = view.target = None
+            del view.optimizer  # (other hooks see the runner's optimizer)
+        if not optimizer.stepped:  # an empty share (or a hook that applied nothing): the group's sync still runs
+            optimizer.step()
+        return None if optimizer.skipped else value
+
     def _finite_gradients(self, flat: torch.Tensor | None) -> bool:
         if flat is not None:
             return bool(torch.isfinite(flat).all())
@@ -282,8 +317,14 @@ class TorchRunner(Runner):
     def eval_batch(self, batch: Batch) -> tuple[float, list[np.ndarray]]:
         self.model.eval()
         with torch.no_grad():
-            out = self._forward(batch.x)
-            loss = self._loss(out, [_tensor(a, self.float_dtype) for a in batch.y]) if self.loss_fn else None
+            if self.main_callback is not None:
+                view = self._hook_view(batch)
+                self.main_callback.on_val_forward(view)
+                out, loss = view.output, view.loss
+                view.batch = view.output = view.loss = view.target = None
+            else:
+                out = self._forward(batch.x)
+                loss = self._loss(out, [_tensor(a, self.float_dtype) for a in batch.y]) if self.loss_fn else None
         self.model.train()
         outs = [o.detach().cpu().numpy() for o in _outputs(out)]
         return (float(loss) if loss is not None else float("nan")), outs
@@ -296,7 +337,9 @@ class TorchRunner(Runner):
 
     def on_epoch_end(self, epoch: int) -> None:
         self.epoch = epoch + 1
-        if self.scheduler is not None:
+        if self.main_callback is not None:
+            self.main_callback.on_lr_adjust(self.main_callback._runner_view())
+        elif self.scheduler is not None:
             self.scheduler.step()
         if self.world > 1:  # keep running statistics (BatchNorm) identical on every worker
             with torch.no_grad():
@@ -357,6 +400,37 @@ class TorchRunner(Runner):
             self.optimizer.load_state_dict(state["optimizer"])
         if self.scheduler is not None and state.get("scheduler"):
             self.scheduler.load_state_dict(state["scheduler"])
+
+
+class _SyncedOptimizer:
+    """The optimizer a MainCallback's hooks see: ``step()`` first averages the gradient over the
+    workers (the runner's sync), ``zero_grad()`` zeroes the flat gradient buffer in place (its
+    views must stay the parameters' ``.grad``); anything else is the real optimizer's."""
+
+    def __init__(self, runner: TorchRunner, flat: torch.Tensor | None, skip_non_finite: bool) -> None:
+        self._runner, self._flat, self._skip = runner, flat, skip_non_finite
+        self.stepped = self.skipped = False
+
+    def zero_grad(self, set_to_none: bool = True) -> None:
+        if self._flat is None:
+            self._runner.optimizer.zero_grad(set_to_none=set_to_none)
+        else:
+            self._flat.zero_()
+
+    def step(self, closure: Any = None) -> None:
+        if self.stepped:
+            raise RuntimeError("runner.optimizer.step() was called twice in one step; each step applies one "
+                               "gradient averaged over the workers.")
+        self.stepped = True
+        if self._flat is not None:
+            self._runner._sync_gradients(self._flat)
+        if self._skip and not self._runner._finite_gradients(self._flat):
+            self.skipped = True
+            return
+        self._runner.optimizer.step()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._runner.optimizer, name)
 
 
 def _tcp_store(rendezvous: Rendezvous, timeout: datetime.timedelta) -> dist.TCPStore:

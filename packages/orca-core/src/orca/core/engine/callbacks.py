@@ -113,17 +113,23 @@ class EarlyStopping(Callback):
 _CKPT_NUM = re.compile(r"(\d+)")
 
 
+class CheckpointNotFoundError(FileNotFoundError, RuntimeError):
+    """No checkpoint where one was looked for: a ``FileNotFoundError``, and the ``RuntimeError`` the
+    reference raised (so code catching either keeps working)."""
+
+
 def latest_checkpoint(directory: str) -> str:
     """Return the newest checkpoint file in ``directory`` (the highest number in its name).
 
     Raises:
-        FileNotFoundError: the directory does not exist or holds no checkpoint.
+        CheckpointNotFoundError: the directory does not exist or holds no checkpoint (a
+            ``FileNotFoundError`` and a ``RuntimeError``).
     """
     import fsspec
 
     fs, _, (root,) = fsspec.get_fs_token_paths(directory)
     if not fs.exists(root):
-        raise FileNotFoundError(f"checkpoint directory {directory!r} does not exist.")
+        raise CheckpointNotFoundError(f"checkpoint directory {directory!r} does not exist.")
     entries = [p for p in fs.ls(root, detail=False) if fs.isfile(p)]
     scored = []
     for path in entries:
@@ -131,7 +137,38 @@ def latest_checkpoint(directory: str) -> str:
         if nums:
             scored.append((tuple(int(n) for n in nums), fs.modified(path) if hasattr(fs, "modified") else 0, path))
     if not scored:
-        raise FileNotFoundError(f"no checkpoint (a file with a number in its name) in {directory!r}.")
+        raise CheckpointNotFoundError(f"no checkpoint (a file with a number in its name) in {directory!r}.")
     best = max(scored, key=lambda t: (t[0], t[1]))[2]
     protocol = fs.protocol[0] if isinstance(fs.protocol, (list, tuple)) else fs.protocol
     return best if protocol in ("file", "local") or "://" not in directory else f"{protocol}://{best}"
+
+
+class Trigger:
+    """When ``fit`` writes a checkpoint into the Estimator's ``model_dir`` (``fit(checkpoint_trigger=)``,
+    the reference's ``bigdl.orca.learn.trigger``): :class:`EveryEpoch` or :class:`SeveralIteration`."""
+
+    #: save every this many steps (``None``: after every epoch)
+    interval: int | None = None
+
+
+class EveryEpoch(Trigger):
+    """A checkpoint after every epoch."""
+
+    def __repr__(self) -> str:
+        return "EveryEpoch()"
+
+
+class SeveralIteration(Trigger):
+    """A checkpoint every ``interval`` training steps (counted over the fit).
+
+    Raises:
+        ValueError: ``interval`` is not a positive int.
+    """
+
+    def __init__(self, interval: int) -> None:
+        if not isinstance(interval, int) or isinstance(interval, bool) or interval <= 0:
+            raise ValueError(f"SeveralIteration(interval) takes a positive number of steps, got {interval!r}.")
+        self.interval = interval
+
+    def __repr__(self) -> str:
+        return f"SeveralIteration({self.interval})"

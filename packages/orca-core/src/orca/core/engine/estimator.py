@@ -25,7 +25,7 @@ from orca.core.engine.feed import check_shuffle
 from orca.core.engine.group import ModelState, WorkerGroup
 from orca.core.engine.history import History
 from orca.core.engine.liveness import backstop_s
-from orca.core.engine.loop import FitArgs, merge_eval_states
+from orca.core.engine.loop import EvalArgs, FitArgs, merge_eval_states
 from orca.core.engine.runner import Runner
 from orca.core.engine.sources import DataFrameSource, DataSource
 from orca.core.engine.spill import feed_memory_bytes, shuffle_window_bytes
@@ -378,14 +378,30 @@ class BaseEstimator:
         Returns:
             ``{"val_loss": ..., "val_<metric>": ..., "num_samples": N}``.
         """
+        return self._merge_evaluations(self._evaluate_states(data, batch_size, feature_cols, label_cols))
+
+    def _merge_evaluations(self, states: Sequence[dict[str, Any]]) -> dict[str, float]:
+        """``evaluate``'s result from workers' evaluation states (all of them: exact over ``data``;
+        one: that worker's own result)."""
+        return merge_eval_states(self.metrics, list(states), prefix="val_", runner=self._metric_runner())
+
+    def _evaluate_states(self, data: Any, batch_size: int, feature_cols: Any, label_cols: Any,
+                         num_steps: int | None = None, profile: bool = False,
+                         callbacks: Sequence[Callback] = ()) -> list[dict[str, Any]]:
+        """Every worker's evaluation states over its share of ``data`` (merge them with
+        :func:`~orca.core.engine.loop.merge_eval_states`; one alone is that worker's result): at most
+        ``num_steps`` batches per worker; with ``profile``, each state's ``__profile__`` times the pass;
+        ``callbacks`` are bound to each worker's runner for the pass."""
         self._refuse_if_inference_only("evaluate")
         self._check_batch_size(batch_size)
+        if num_steps is not None:
+            check_positive_int("num_steps", num_steps)
         src = self._source(data, feature_cols, label_cols, True, "data")
         group = self._workers()
         with self._watched(group):
             group.prepare(src)
-            states = group.evaluate(self._model, src, batch_size, self.metrics)
-        return merge_eval_states(self.metrics, states, prefix="val_", runner=self._metric_runner())
+            return group.evaluate(self._model, src, batch_size,
+                                  EvalArgs(self.metrics, num_steps, bool(profile), list(callbacks)))
 
     def _metric_runner(self) -> Runner | None:
         """A driver-side runner that merges the framework's own metric states (frameworks that keep some)."""

@@ -27,7 +27,7 @@ import numpy as np
 from orca.core.engine.errors import OrcaWorkerError, check_workers_fit
 from orca.core.engine.feed import Batch, Feed, Rows
 from orca.core.engine.liveness import Liveness, beat
-from orca.core.engine.loop import FitArgs, evaluate_feed, run_fit, run_predict
+from orca.core.engine.loop import CallbackList, EvalArgs, FitArgs, evaluate_feed, run_fit, run_predict
 from orca.core.engine.metrics import make_metrics
 from orca.core.engine.runner import Runner
 
@@ -131,7 +131,9 @@ class WorkerGroup(abc.ABC):
 
     @abc.abstractmethod
     def evaluate(self, state: ModelState, source: Any, batch_size: int, metrics: Any) -> list[dict[str, Any]]:
-        """Per-worker evaluation states of ``state``'s model (merge with ``merge_eval_states``)."""
+        """Per-worker evaluation states of ``state``'s model (merge with ``merge_eval_states``);
+        ``metrics`` (the metric spec or an :class:`~orca.core.engine.loop.EvalArgs`) goes to
+        :func:`evaluate_on_worker` as it is."""
 
     @abc.abstractmethod
     def predict(self, state: ModelState, source: Any, batch_size: int) -> list[np.ndarray]:
@@ -178,8 +180,16 @@ def fit_on_worker(runner: Runner, feed: Rows | None, val: Rows | None, counts: S
 
 
 def evaluate_on_worker(runner: Runner, batches: Iterable[Batch], metrics: Any) -> dict[str, Any]:
-    """One worker's evaluation states over ``batches``."""
-    return evaluate_feed(runner, batches, make_metrics(metrics))
+    """One worker's evaluation states over ``batches``; ``metrics`` is the metric spec or an
+    :class:`~orca.core.engine.loop.EvalArgs` (the spec with ``num_steps``, ``profile`` and the callbacks
+    bound to ``runner`` for the pass)."""
+    args = metrics if isinstance(metrics, EvalArgs) else EvalArgs(metrics)
+    callbacks = CallbackList(args.callbacks, runner, runner.rank, runner.world)
+    try:
+        return evaluate_feed(runner, batches, make_metrics(args.metrics), num_steps=args.num_steps,
+                             profile=args.profile)
+    finally:
+        callbacks.close()
 
 
 def predict_on_worker(runner: Runner, feed: Feed, batch_size: int) -> list[np.ndarray]:

@@ -56,18 +56,38 @@ class FitArgs:
     checkpoint_meta: dict[str, Any] = field(default_factory=dict)
 
 
+@dataclass
+class EvalArgs:
+    """What ``evaluate`` asks of each worker besides the rows (picklable)."""
+
+    metrics: Any = None
+    #: evaluate at most this many (non-empty) batches on each worker (``None``: all of them)
+    num_steps: int | None = None
+    #: also time the pass: the states get ``__profile__`` (``validation_s``, ``eval_fwd_s``, ``batches``)
+    profile: bool = False
+    #: callbacks bound to the worker's runner for the pass (a framework's may customise its evaluation step)
+    callbacks: list[Callback] = field(default_factory=list)
+
+
 def evaluate_feed(
-    runner: Runner, batches: Any, metrics: list[Metric]
+    runner: Runner, batches: Any, metrics: list[Metric], num_steps: int | None = None, profile: bool = False,
 ) -> dict[str, Any]:
-    """Accumulate loss and metrics over ``batches``; return per-worker mergeable states."""
+    """Accumulate loss and metrics over ``batches`` (at most ``num_steps`` non-empty ones); return
+    per-worker mergeable states (with ``profile``, also the pass's timing under ``__profile__``)."""
     loss = Mean("val_loss")
     for m in metrics:
         m.reset()
     runner.metric_states()  # start the framework's own metrics afresh
+    start, forward, steps = time.perf_counter(), 0.0, 0
     for batch in batches:
         if batch.size == 0:
             continue
+        if num_steps is not None and steps >= num_steps:
+            break
+        steps += 1
+        t0 = time.perf_counter()
         value, outputs = runner.eval_batch(batch)
+        forward += time.perf_counter() - t0
         loss.update_value(value, batch.size)
         beat("evaluating")
         if metrics and outputs:
@@ -80,6 +100,8 @@ def evaluate_feed(
     states = {m.name: m.state for m in metrics}
     states["__loss__"] = loss.state
     states["__framework__"] = runner.metric_states()
+    if profile:
+        states["__profile__"] = {"validation_s": time.perf_counter() - start, "eval_fwd_s": forward, "batches": steps}
     return states
 
 

@@ -380,16 +380,20 @@ class SparkWorkerGroup(WorkerGroup):
     # ------------------------------------------------------------ evaluate
     def evaluate(self, state: ModelState, source: DataSource, batch_size: int, metrics: Any) -> list[dict[str, Any]]:
         """Per-partition evaluation states (merged by the caller)."""
+        # the metrics (and callbacks) travel as cloudpickle's bytes, as fit's job does: Spark's own copy of
+        # cloudpickle does not copy by value what was registered with cloudpickle.register_pickle_by_value
+        blob = cloudpickle.dumps(metrics)
         if source.is_creator:  # one task reads the whole loader
             creator = source.obj
 
             def evaluate_creator(runner: Runner) -> Any:
-                return evaluate_on_worker(runner, runner.native_batches(creator, batch_size, False), metrics)
+                return evaluate_on_worker(runner, runner.native_batches(creator, batch_size, False),
+                                          cloudpickle.loads(blob))
 
             return self._run_parts(state, None, evaluate_creator, "evaluate", need_labels=True)
         local_bs = max(1, batch_size // self.num_workers)
         return self._run_parts(state, source, lambda runner, feed: evaluate_on_worker(
-            runner, feed.batches(local_bs), metrics), "evaluate", need_labels=True)
+            runner, feed.batches(local_bs), cloudpickle.loads(blob)), "evaluate", need_labels=True)
 
     # -------------------------------------------------------------- predict
     def predict(self, state: ModelState, source: DataSource, batch_size: int) -> list[np.ndarray]:

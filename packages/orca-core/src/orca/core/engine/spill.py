@@ -21,6 +21,7 @@ from __future__ import annotations
 import logging
 import os
 import shutil
+import sys
 import tempfile
 import weakref
 from collections.abc import Callable, Iterator, Sequence
@@ -187,10 +188,12 @@ def close_feeds(*feeds: object) -> None:
 
 
 def feed_memory_bytes() -> int:
-    """The running context's ``worker_data_memory_mb`` in bytes (on the driver)."""
+    """The running context's ``worker_data_memory_mb`` in bytes (on the driver); ``math.inf``
+    (``train_data_store="DRAM"``) is ``sys.maxsize``: every share stays in memory."""
     from orca.core.context import OrcaContext
 
-    return int(OrcaContext.current().settings.worker_data_memory_mb * (1 << 20))
+    memory_mb = OrcaContext.current().settings.worker_data_memory_mb
+    return sys.maxsize if memory_mb == float("inf") else int(memory_mb * (1 << 20))
 
 
 def arrow_feed_builder(feature_cols: Sequence[str], label_cols: Sequence[str], memory_bytes: int | None

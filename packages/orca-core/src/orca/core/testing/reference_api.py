@@ -80,51 +80,80 @@ def _a(name: str, status: str = SAME, default: Any = _UNSET, note: str = "", orc
     return Arg(name, status, default, orca, note)
 
 
-_PROFILE = _a("profile", UNSUPPORTED, note="timing stats: the History has `epoch_time_s`; drop the argument")
 _PATH = "Orca's parameter is `path`; a positional call works as written"
 
 _TORCH = (
     Method("Estimator.from_torch", "orca.torch:Estimator.from_torch", (
         _a("model", default=None, note="None: an Estimator that can only `load` an entire saved model"),
-        _a("optimizer", default=None),
+        _a("optimizer", default=None, note="a torch optimizer (instance or creator), or the reference's "
+           "`bigdl.orca.learn.optimizers` (`orca.torch.optimizers`: SGD, Adam... with their schedules, run as "
+           "torch.optim)"),
         _a("loss", default=None),
-        _a("metrics", default=None),
+        _a("metrics", default=None, note="a metric function gets torch tensors, as in the reference (one that "
+           "fails on tensors gets numpy arrays, as Orca gave before)"),
         _a("backend", default="bigdl", note="the guide's default; the 2.4 code defaulted to `spark`: pass it. "
            "`horovod` needs `python -m orca.core.horovod_install torch`"),
         _a("config", default=None),
         _a("workers_per_node", default=1),
         _a("scheduler_creator", default=None, note="stepped once per epoch"),
         _a("use_tqdm", DEFAULT, note="True in Orca (a driver-side bar); False hides it"),
-        _a("model_dir", NOOP, note="kept as est.model_dir, nothing is written there: the trained state comes back "
-                                   "to the driver; checkpoints go where ModelCheckpoint/save_checkpoint say"),
+        _a("model_dir", default=None, note="where fit(checkpoint_trigger=...) writes its checkpoints "
+                                           "(load_orca_checkpoint(model_dir) reads the newest); the trained state "
+                                           "comes back to the driver either way"),
         _a("sync_stats", NOOP, default=False, note="stats are always merged exactly over all workers"),
         _a("log_level", NOOP, note="workers log through Python logging; set the `orca` logger's level"),
         _a("log_to_driver", NOOP, note="worker output reaches the driver with init_orca_context(log_output=True)"),
         _a("seed", ORCA_ONLY, note="seeds model creation and shuffling on every worker (0)"),
     )),
     Method("Estimator.fit", "orca.torch:Estimator.fit", (
-        _a("data"), _a("epochs", default=1), _a("batch_size", default=32), _PROFILE,
+        _a("data"), _a("epochs", default=1), _a("batch_size", default=32),
+        _a("profile", default=False, note="each epoch's stats get `profile`: rank 0's `mean_train_epoch_s`, "
+           "`mean_train_batch_s`, `mean_validation_s` (not the reference's forward/backward split)"),
         _a("reduce_results", default=True, note="False: per-worker lists (equal: stats are merged)"),
         _a("feature_cols", default=None), _a("label_cols", default=None), _a("validation_data", default=None),
         _a("callbacks", default=None, note="orca Callbacks (see `Callback` below)"),
         _a("max_steps", default=None, note="the reference's ray backend only; every backend here"),
-        _a("checkpoint_trigger", UNSUPPORTED, note="the reference's BigDL backend: use "
-           "callbacks=[ModelCheckpoint(...)]"),
+        _a("checkpoint_trigger", default=None, note="the reference's BigDL backend: `EveryEpoch()` or "
+           "`SeveralIteration(n)` (orca.core.engine.callbacks) write into from_torch's `model_dir`; without it "
+           "nothing is written (a warning says so)"),
         _a("shuffle", ORCA_ONLY), _a("validation_freq", ORCA_ONLY), _a("steps_per_epoch", ORCA_ONLY),
         _a("validation_steps", ORCA_ONLY), _a("max_failures", ORCA_ONLY, note="restart after a lost worker"),
         _a("skip_non_finite_steps", ORCA_ONLY, note="leave out steps whose reduced gradient is NaN/Inf"),
-    ), positional=3, note="returns a History (a list of per-epoch dicts, as the reference's)"),
+    ), positional=3, note="returns a History (a list of per-epoch dicts, as the reference's), with Orca's keys and "
+                          "the reference's (`val_` + the metric's name in lower case, e.g. `val_top5accuracy`)"),
     Method("Estimator.evaluate", "orca.torch:Estimator.evaluate", (
         _a("data"), _a("batch_size", default=32),
-        _a("num_steps", UNSUPPORTED, note="evaluates all of `data`: pass a subset"), _PROFILE,
-        _a("reduce_results", UNSUPPORTED, note="results are merged exactly over the workers"),
+        _a("num_steps", default=None, note="at most that many batches per worker (per partition on the spark and "
+                                           "bigdl backends)"),
+        _a("profile", default=False, note="`result[\"profile\"]`: `mean_validation_s`, `mean_eval_fwd_s`, "
+                                          "averaged over the workers"),
+        _a("reduce_results", default=True, note="False: a list of per-worker results (per partition on the spark "
+                                                "and bigdl backends), each over its own rows; True: exact over all rows "
+                                                "(the reference averaged the workers' results)"),
         _a("feature_cols", default=None), _a("label_cols", default=None),
-        _a("callbacks", UNSUPPORTED, note="callbacks run in fit only"),
-    ), positional=2),
+        _a("callbacks", default=None, note="a MainCallback runs the steps (on_val_forward); Orca's other "
+                                           "callbacks have no evaluation hooks (a warning says so)"),
+    ), positional=2, note="returns `val_loss`, `val_<metric>`, `num_samples` and each metric under the "
+                          "reference's name (`Accuracy`, a metric function's name) as a 0-d tensor"),
     Method("Estimator.predict", "orca.torch:Estimator.predict", (
-        _a("data"), _a("batch_size", default=32), _a("feature_cols", default=None), _PROFILE,
-        _a("callbacks", UNSUPPORTED, note="callbacks run in fit only"),
+        _a("data"), _a("batch_size", default=32), _a("feature_cols", default=None),
+        _a("profile", NOOP, default=False, note="the reference's predict returned the predictions only (its "
+                                                "timings never reached the caller)"),
+        _a("callbacks", NOOP, default=None, note="not run: Orca predicts where the data lives with the model's "
+           "forward; a MainCallback overriding on_pred_forward is refused (ValueError)"),
         _a("output_cols", ORCA_ONLY, note="names of the prediction column(s)"),
+    ), positional=3),
+    Method("Estimator.get_state_dict", "orca.torch:Estimator.get_state_dict",
+           note="the reference's layout: `{\"epoch\", \"models\": [model state dict], \"optimizers\": [...], "
+                "\"schedulers\": [...]}`"),
+    Method("Estimator.load_state_dict", "orca.torch:Estimator.load_state_dict", (
+        _a("state_dict", note="get_state_dict()'s, or a model's plain state dict"),
+        _a("blocking", NOOP, default=True, note="the driver holds the state; workers load it before their next call"),
+    ), positional=2),
+    Method("Estimator.load_orca_checkpoint", "orca.torch:Estimator.load_orca_checkpoint", (
+        _a("path", note="model_dir (its newest checkpoint) or a checkpoint file"),
+        _a("version", default=None, note="the epoch or step number in the checkpoint's name"),
+        _a("prefix", NOOP, default=None, note="an Orca checkpoint is one file with the model and the optimizer"),
     ), positional=3),
     Method("Estimator.save", "orca.torch:Estimator.save", (
         _a("model_path", RENAMED, orca="path", note=_PATH), _a("entire", default=False),
@@ -147,19 +176,31 @@ _TORCH = (
     Method("Estimator.get_model", "orca.torch:Estimator.get_model"),
     Method("Estimator.shutdown", "orca.torch:Estimator.shutdown"),
     Method("ModelCheckpoint", "orca.torch:ModelCheckpoint", (
-        _a("filepath", note="required (the reference's None failed); `{epoch}`/`{iter}` are filled in as "
-                            "numbers: `model-{epoch}.ckpt` -> `model-1.ckpt` (the reference: `model-epoch=1.ckpt`)"),
-        _a("save_weights_only", UNSUPPORTED, note="a checkpoint holds model, optimizer and epoch; est.save() "
-                                                  "writes weights only"),
-        _a("save_every_n_iters", ORCA_ONLY, note="also save every n steps"),
-    ), positional=1),
-    Method("Callback", "orca.torch:Callback", note="hooks on_train_begin, on_epoch_begin, on_batch_end, "
-           "on_epoch_end, on_train_end (Keras' names); the reference's before_*/after_* hooks and its swappable "
-           "MainCallback (a custom forward/backward) are not offered: a custom step is a model whose forward "
-           "computes it"),
-    Method("TensorBoardCallback", "orca.torch:TensorBoardCallback", missing=True,
-           note="est.set_tensorboard(log_dir) (every Estimator; app_name is optional): each epoch's merged stats, written "
-                "on the driver; est.get_train_summary(tag) reads them back"),
+        _a("filepath", note="required (the reference's None failed); a name without an extension is named as "
+                            "the reference's: `test-{epoch}` -> `test-epoch=1.ckpt`; one with an extension is "
+                            "filled in: `model-{epoch}.ckpt` -> `model-1.ckpt`"),
+        _a("save_weights_only", default=False, note="True: the model's weights and the epoch only"),
+        _a("by_epoch", default=True, note="False: every `interval` steps of the fit"),
+        _a("interval", default=-1, note="epochs or steps between checkpoints; -1: every epoch"),
+        _a("save_every_n_iters", ORCA_ONLY, note="also save every n steps (`{iter}`: the step within its epoch)"),
+    ), positional=4, note="from orca.torch.callbacks (the reference's bigdl.orca.learn.pytorch.callbacks); it does "
+                          "not write the reference's `last.ckpt`: latest_checkpoint(dir) finds the newest by number"),
+    Method("Callback", "orca.torch:Callback", note="from orca.torch.callbacks: Orca's hooks on_train_begin, "
+           "on_epoch_begin, on_batch_end, on_epoch_end(epoch, logs), on_train_end(logs), `self.model`, and the "
+           "reference's before_run/before_epoch/after_iter/after_epoch/after_run (and their _train_ forms) with a "
+           "runner (`model`, `optimizer`, `epochs`, `global_step`, `epoch_stats`, `rank`...); no "
+           "before_iter, val or pred hooks"),
+    Method("MainCallback", "orca.torch:MainCallback", note="from orca.torch.callbacks: on_train_forward, "
+           "on_iter_backward, on_val_forward, on_lr_adjust run the fit's and evaluate's steps (the gradient is "
+           "averaged over the workers in runner.optimizer.step()); on_pred_forward is not run by predict"),
+    Method("TensorBoardCallback", "orca.torch:TensorBoardCallback", (
+        _a("log_dir", default=None, note="required; written by rank 0"),
+        _a("freq", default="epoch", note="`epoch`: each epoch's merged stats; `batch` or n: rank 0's train_loss"),
+    ), positional=2, note="from orca.torch.callbacks; **kwargs go to SummaryWriter. est.set_tensorboard(log_dir) "
+                          "writes the merged stats on the driver instead"),
+    Method("process_stats", "orca.torch:process_stats", (_a("worker_stats"),), positional=1,
+           note="the reference's bigdl.orca.learn.pytorch.utils.process_stats: evaluate(reduce_results=False)'s "
+                "per-worker results reduced as the reference did (num_samples summed, the rest averaged)"),
 )
 
 _KERAS_ONLY = "Keras option Orca does not pass on"
@@ -188,19 +229,24 @@ _TF2 = (
         _a("steps_per_epoch", default=None, note="needed for data creators of unknown size only (the reference "
                                                  "required it for DataFrames and XShards)"),
         _a("validation_steps", default=None), _a("validation_freq", default=1),
-        _a("data_config", UNSUPPORTED, note="put the values in from_keras(config=...): data creators get it"),
+        _a("data_config", default=None, note="merged into a data creator's config; other data: a one-time "
+                                             "warning (no output_signature needed)"),
         _a("feature_cols", default=None), _a("label_cols", default=None),
         _a("shuffle", ORCA_ONLY), _a("max_failures", ORCA_ONLY, note="restart after a lost worker"),
         _a("skip_non_finite_steps", ORCA_ONLY, note="leave out steps whose reduced gradient is NaN/Inf"),
-    ), positional=3, note="returns a History (`history.history` is Keras' dict)"),
+    ), positional=3, note="returns a History: a list of per-epoch dicts that also reads as the reference's dict "
+                          "(`stats[\"loss\"]` the per-epoch list, `stats[\"epochs\"]`, `stats[\"steps\"]`; "
+                          "`history.history` is Keras' dict); `isinstance(stats, dict)` is False"),
     Method("Estimator.evaluate", "orca.tf:Estimator.evaluate", (
         _a("data"), _a("batch_size", default=32),
-        _a("num_steps", UNSUPPORTED, note="evaluates all of `data`: pass a subset"),
+        _a("num_steps", default=None, note="the first `num_steps` global batches (an XShards: all of it or "
+                                           "a ValueError)"),
         _a("verbose", UNSUPPORTED, note=_KERAS_ONLY), _a("sample_weight", UNSUPPORTED, note=_KERAS_ONLY),
         _a("callbacks", UNSUPPORTED, note="callbacks run in fit only"),
-        _a("data_config", UNSUPPORTED, note="put the values in from_keras(config=...)"),
+        _a("data_config", default=None, note="as fit's"),
         _a("feature_cols", default=None), _a("label_cols", default=None),
-    ), positional=2),
+    ), positional=3, note="keys `loss` and the metric names, also as `val_<name>` and the reference's "
+                          "`validation_<name>`"),
     Method("Estimator.predict", "orca.tf:Estimator.predict", (
         _a("data"), _a("batch_size", default=32), _a("verbose", UNSUPPORTED, note=_KERAS_ONLY),
         _a("steps", UNSUPPORTED, note="predicts all of `data`: pass a subset"),
@@ -245,8 +291,8 @@ _TF2 = (
                                                              "reference: a TF checkpoint prefix)"),
     ), positional=1),
     Method("Estimator.get_model", "orca.tf:Estimator.get_model", (
-        _a("sample_input", UNSUPPORTED, note="the model is built by the creator; build a subclassed model "
-                                             "there (call it on a sample)"),
+        _a("set_weights", default=True, note="the reference's spark backend's"),
+        _a("sample_input", default=None, note="the reference's ray backend's: builds a subclassed model"),
     )),
     Method("Estimator.shutdown", "orca.tf:Estimator.shutdown"),
 )
@@ -380,29 +426,39 @@ _CORE = (
         _a("init_executor_gateway", UNSUPPORTED, note="no executor gateway is needed"),
         _a("conf", default=None),
         *(_a(n, KWARGS) for n in ("master", "container_image", "extra_python_lib", "penv_archive",
-                                  "driver_cores", "driver_memory", "spark_log_level", "object_store_memory")),
+                                  "driver_cores", "driver_memory", "spark_log_level")),
+        _a("object_store_memory", KWARGS, note="bytes as an int, or a size string: '1g' is 2**30 bytes (the "
+                                               "reference's 'g' was 10**9); anything else raises ValueError"),
         _a("hadoop_conf", UNSUPPORTED, note="set HADOOP_CONF_DIR in the environment"),
         _a("jars", UNSUPPORTED, note="conf={'spark.jars': ...}; plug-ins declare theirs"),
         _a("python_location", UNSUPPORTED, note="workers run the driver's sys.executable"),
         _a("redirect_spark_log", UNSUPPORTED, note="Spark logs where log4j says; spark_log_level sets the level"),
         _a("address", ORCA_ONLY, note="attach to a running Ray cluster"),
         _a("ray_on_driver", ORCA_ONLY), _a("ray_auth", ORCA_ONLY, note="Ray token auth (on)"),
-    ), positional=1, note="unknown keyword arguments raise TypeError before anything starts"),
+    ), positional=1, note="returns the running SparkContext where Spark runs, as the reference did (it also answers "
+                          "as the OrcaContext: sc.spark_session(), sc.settings; sc.stop() ends the whole context), "
+                          "and with runtime='ray' the OrcaContext (the reference: its OrcaRayContext); unknown "
+                          "keyword arguments raise TypeError before anything starts"),
     Method("stop_orca_context", "orca.core:stop_orca_context"),
     Method("OrcaContext.<setting> = value", "orca.core:OrcaSettings", (
         _a("log_output", note="set on the class before (or after) init_orca_context, or passed to it"),
         _a("barrier_mode", NOOP, note="Orca's Spark training stages always run in barrier mode"),
         _a("shard_size", NOOP, note="data is split by partition"),
-        *(_a(n, UNSUPPORTED, note=w) for n, w in (
-            ("pandas_read_backend", "the readers always use pandas"),
-            ("serialize_data_creation", "data creators run concurrently"),
-            ("train_data_store", "worker_data_memory_mb: a worker's share past it streams to local disk"))),
+        _a("pandas_read_backend", DEFAULT, note="'pandas', what the readers always use; 'spark' is accepted with a "
+                                                "one-time warning and reads with pandas too"),
+        _a("serialize_data_creator", NOOP, note="data creators run concurrently; True warns once (a creator that "
+                                                "downloads to a shared path should lock it)"),
+        _a("train_data_store", MEANING, note="sets worker_data_memory_mb: 'DRAM' math.inf (every share in memory), "
+                                             "'DISK_n' 0 (every share streams to local disk, read back in 1 MiB "
+                                             "windows; n is not used), 'PMEM' as 'DRAM' with a one-time warning"),
         *(_a(n, ORCA_ONLY) for n in ("worker_timeout_s", "worker_start_timeout_s", "max_failures",
                                      "ray_start_timeout_s", "worker_data_memory_mb", "warm_workers_s", "jvm_class_cache")),
     ), note="settings are per context: given to init_orca_context, or assigned on the class (the running "
-            "context's and the next ones'); a reference-only setting assigned so raises TypeError"),
+            "context's and the next ones'); reading one gives what was set; a value that cannot work raises "
+            "ValueError naming the valid ones"),
     Method("OrcaContext.get_spark_session", "orca.core:OrcaContext.get_spark_session"),
-    Method("OrcaContext.get_spark_context", "orca.core:OrcaContext.get_spark_context"),
+    Method("OrcaContext.get_spark_context", "orca.core:OrcaContext.get_spark_context",
+           note="the running SparkContext, which also answers as the OrcaContext"),
     Method("OrcaContext.get_ray_context", "orca.core:OrcaContext.get_ray_context",
            note="returns Orca's RayRuntime, not the reference's OrcaRayContext"),
     Method("XShards.partition", "orca.core:XShards.partition", (
@@ -604,8 +660,24 @@ def _row(arg: Arg) -> str:
     return f"| `{arg.name}` | {status} | {_cell(arg.note)} |"
 
 
-def markdown() -> str:
-    """The reference-diff page (docs/reference-diff.md) rendered from :data:`REFERENCE_API`."""
+#: the line after which docs/reference-diff.md is written by hand (measurements): markdown(keep=page) keeps it
+HAND_WRITTEN = "<!-- Written by hand below this line: markdown() keeps it, generates the rest. -->"
+
+
+def markdown(keep: str = "") -> str:
+    """The reference-diff page (docs/reference-diff.md) rendered from :data:`REFERENCE_API`.
+
+    Args:
+        keep: the page as it is: its hand-written tail (from :data:`HAND_WRITTEN` on) is kept.
+
+    Returns:
+        The page: the generated part, then the kept tail.
+    """
+    _, marker, tail = keep.partition(HAND_WRITTEN)
+    return _generated() + (f"\n{marker}{tail}" if marker else "")
+
+
+def _generated() -> str:
     out = [DOC_HEADER.rstrip("\n")]
     for framework in ("torch", "tf", "mxnet", "bigdl", "openvino", "core"):
         out.append(f"\n## {_TITLES[framework]}")
