@@ -24,11 +24,12 @@ MODULES: dict[str, str] = {
     # the context: init_orca_context, stop_orca_context, OrcaContext
     "bigdl.orca": "orca.core",
     "bigdl.orca.common": "orca.core",
-    "bigdl.orca.ray": "orca.core",  # OrcaRayContext: Orca's Ray runtime is orca.core.RayRuntime
+    "bigdl.orca.ray": "orca.core",  # OrcaRayContext: orca.core.OrcaRayContext reads the context's Ray
     # XShards and the readers (the reference's pandas readers are orca.core.data's)
     "bigdl.orca.data": "orca.core.data",
     "bigdl.orca.data.pandas": "orca.core.data",
     "bigdl.orca.data.image": "orca.core.data",
+    "bigdl.orca.data.image.utils": "orca.core.data",  # chunks (the parquet schema types are not in Orca)
     "bigdl.orca.data.tf": "orca.tf",  # bigdl.orca.data.tf.data.Dataset: the TF data path is orca.tf's
     # the Estimators
     "bigdl.orca.learn.pytorch": "orca.torch",

@@ -3,6 +3,7 @@
 >>> from orca.core import init_orca_context, stop_orca_context, OrcaContext, XShards  # doctest: +SKIP
 """
 
+from orca.core._ray_context import OrcaRayContext
 from orca.core.context import (
     OrcaContext,
     OrcaSettings,
@@ -17,6 +18,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "OrcaContext",
+    "OrcaRayContext",
     "OrcaSettings",
     "RayRuntime",
     "XShards",

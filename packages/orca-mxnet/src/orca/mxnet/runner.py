@@ -62,6 +62,8 @@ class MXNetRunner(Runner):
     """Runs a Gluon ``Block`` in one Orca worker."""
 
     can_skip_steps = True
+    #: the float type batches reach the model in (:meth:`_dtype`), found on first use
+    _input_dtype: np.dtype | None = None
 
     def __init__(self, spec: dict[str, Any]) -> None:
         # the same initial weights on every rank: the config's seed (create_config), else 0
@@ -95,6 +97,7 @@ class MXNetRunner(Runner):
             or _metric_list(self._create(self.spec.get("eval_metrics_creator")))
         self.trainer: gluon.Trainer | None = None
         self._synced = False
+        self._input_dtype = None
 
     def _create(self, creator: Any) -> Any:
         return creator(self.config) if callable(creator) else creator
@@ -124,7 +127,19 @@ class MXNetRunner(Runner):
         return self.trainer
 
     def _inputs(self, arrays: list[np.ndarray]) -> list[Any]:
-        return [mx.nd.array(a, dtype=a.dtype if a.dtype.kind == "f" else np.float32) for a in arrays]
+        """The batch's features or labels as NDArrays of the model's float type (see :meth:`_dtype`)."""
+        dtype = self._dtype()
+        return [mx.nd.array(a, dtype=dtype) for a in arrays]
+
+    def _dtype(self) -> np.dtype:
+        """The float type batches reach the model in: that of its parameters, float32 unless the
+        creator cast the model. The reference's ``mx.nd.array`` made every array float32, so float64
+        or integer data reaches a float32 model as float32, as it did there; a model cast to float64
+        (or float16) gets its own type."""
+        if self._input_dtype is None:
+            floats = [np.dtype(p.dtype) for p in self._params() if np.dtype(p.dtype).kind == "f"]
+            self._input_dtype = floats[0] if floats else np.dtype(np.float32)
+        return self._input_dtype
 
     def _loss(self, out: Any, y: list[Any]) -> Any:
         if self.loss_fn is None:

@@ -7,6 +7,7 @@
 from orca.core.data._local import LocalXShards
 from orca.core.data._ray import RayXShards
 from orca.core.data._spark import SparkXShards
+from orca.core.data._structure import chunks
 from orca.core.data.readers import read_csv, read_json, read_parquet
 from orca.core.data.shards import XShards
 
@@ -15,6 +16,7 @@ __all__ = [
     "RayXShards",
     "SparkXShards",
     "XShards",
+    "chunks",
     "read_csv",
     "read_json",
     "read_parquet",

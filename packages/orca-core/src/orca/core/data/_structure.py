@@ -14,13 +14,16 @@ a Ray task.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Iterable, Iterator, Sequence
+from itertools import islice
+from typing import Any, TypeVar
 
 import numpy as np
 import pandas as pd
 
 SPLITTABLE_KINDS = ("pandas", "arrays", "sequence")
+
+T = TypeVar("T")
 
 
 def is_leaf(value: Any) -> bool:
@@ -125,6 +128,38 @@ def balanced_ranges(total: int, n: int) -> list[tuple[int, int]]:
         ranges.append((start, stop))
         start = stop
     return ranges
+
+
+def chunks(rows: Iterable[T], size: int = 10) -> Iterator[list[T]]:
+    """Group ``rows`` into lists of ``size`` rows, in order (the last holds what is left).
+
+    The reference's ``bigdl.orca.data.image.utils.chunks``: its users build shards from a
+    partition's records with it, ``rdd.mapPartitions(lambda it: chunks(it, 5))``. Each chunk is a
+    list, so it can be read more than once and in any order (the reference's were one-pass views
+    of the shared input, each to be read before the next).
+
+    Args:
+        rows: any iterable; it is read once, a chunk at a time.
+        size: rows per chunk, an int >= 1.
+
+    Returns:
+        An iterator over the chunks; none for no rows.
+
+    Raises:
+        ValueError: ``size`` is not an int >= 1.
+
+    Example:
+        >>> [c for c in chunks(range(7), 3)]
+        [[0, 1, 2], [3, 4, 5], [6]]
+    """
+    if isinstance(size, bool) or not isinstance(size, int) or size < 1:
+        raise ValueError(f"chunks: size must be an int >= 1 (rows per chunk), got {size!r}.")
+    return _chunks(iter(rows), size)
+
+
+def _chunks(rows: Iterator[T], size: int) -> Iterator[list[T]]:
+    while chunk := list(islice(rows, size)):
+        yield chunk
 
 
 def plan_repartition(counts: Sequence[int], n: int) -> list[list[tuple[int, int, int]]]:

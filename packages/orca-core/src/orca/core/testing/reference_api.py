@@ -460,7 +460,10 @@ _CORE = (
     Method("OrcaContext.get_spark_context", "orca.core:OrcaContext.get_spark_context",
            note="the running SparkContext, which also answers as the OrcaContext"),
     Method("OrcaContext.get_ray_context", "orca.core:OrcaContext.get_ray_context",
-           note="returns Orca's RayRuntime, not the reference's OrcaRayContext"),
+           note="returns Orca's RayRuntime; the reference's OrcaRayContext is `orca.core.OrcaRayContext.get()`"),
+    Method("OrcaRayContext.get", "orca.core:OrcaRayContext.get", (_a("initialize", default=True),), positional=1,
+           note="the running context's Ray as the reference's OrcaRayContext (address_info, num_ray_nodes, "
+                "ray_node_cpu_cores, stop()); constructing one directly raises TypeError naming init_orca_context"),
     Method("XShards.partition", "orca.core:XShards.partition", (
         _a("data"), _a("num_shards", default=None), _a("backend", ORCA_ONLY, note="spark, ray or local"),
     ), positional=2),
