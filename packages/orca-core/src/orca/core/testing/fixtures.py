@@ -94,38 +94,3 @@ def ray_cluster_env(ray_cluster_handle: RayCluster) -> dict[str, str]:
     """Environment variables a driver attaching to the two-node Ray cluster should run with."""
     return dict(ray_cluster_handle.env)
 
-
-def scope_of(nodeid: str) -> str:
-    """The unit of work pytest-xdist gives one test process under ``--dist loadscope``: a test
-    module, or a test class per value of its first parameter (for the conformance suites: per
-    backend), so that a suite's backends run side by side while each backend's class-scoped
-    fixtures (its started workers, its shared trained Estimator) are still made once.
-
-    Examples:
-        >>> scope_of("t/test_c.py::TestConformance::test_fit[ray-empty]")
-        't/test_c.py::TestConformance[ray]'
-        >>> scope_of("t/test_c.py::TestConformance::test_save")
-        't/test_c.py::TestConformance'
-        >>> scope_of("t/test_training.py::test_fit[spark]")
-        't/test_training.py'
-    """
-    scope = nodeid.rsplit("::", 1)[0]
-    if "::" not in scope or not nodeid.endswith("]"):
-        return scope  # a module's functions stay together: they share its module-scoped fixtures
-    params = nodeid[len(scope):]
-    first = params[params.find("[") + 1:-1].split("-")[0]
-    return f"{scope}[{first}]" if "[" in params and first else scope
-
-
-@pytest.hookimpl(optionalhook=True)
-def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
-    """Under ``--dist loadscope`` (the noxfile's test sessions), schedule by :func:`scope_of`."""
-    if config.getoption("dist", None) != "loadscope":
-        return None
-    from xdist.scheduler import LoadScopeScheduling
-
-    class ByClassAndFirstParameter(LoadScopeScheduling):
-        def _split_scope(self, nodeid: str) -> str:
-            return scope_of(nodeid)
-
-    return ByClassAndFirstParameter(config, log)
