@@ -93,4 +93,3 @@ def ray_cluster_address(ray_cluster_handle: RayCluster) -> str:
 def ray_cluster_env(ray_cluster_handle: RayCluster) -> dict[str, str]:
     """Environment variables a driver attaching to the two-node Ray cluster should run with."""
     return dict(ray_cluster_handle.env)
-
