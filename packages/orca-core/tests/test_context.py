@@ -23,14 +23,8 @@ from orca.core.testing.clusters import pid_alive, process_name, run_python
 _OUR_PROCESSES = """
 import json, os, sys, time
 from orca.core import OrcaContext, init_orca_context, stop_orca_context
-from orca.core.testing.clusters import process_name, process_tree, processes_mentioning
+from orca.core.testing.clusters import context_processes as ours
 
-def ours(ctx):
-    pids = process_tree(os.getpid())[1:]
-    if ctx is not None and ctx._ray_temp_dir:
-        for pid in processes_mentioning(ctx._ray_temp_dir):
-            pids += process_tree(pid)
-    return {str(p): process_name(p) for p in dict.fromkeys(pids)}
 
 def names(pids):
     return sorted(set(pids.values()))

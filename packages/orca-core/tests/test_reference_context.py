@@ -222,14 +222,8 @@ import json, os, sys, time, warnings
 from pyspark import SparkContext
 from pyspark.sql import SparkSession
 from orca.core import OrcaContext, init_orca_context, stop_orca_context
-from orca.core.testing.clusters import pid_alive, process_name, process_tree, processes_mentioning
+from orca.core.testing.clusters import context_processes as ours, pid_alive
 
-def ours(ctx):
-    pids = process_tree(os.getpid())[1:]
-    if ctx is not None and ctx._ray_temp_dir:
-        for pid in processes_mentioning(ctx._ray_temp_dir):
-            pids += process_tree(pid)
-    return {str(p): process_name(p) for p in dict.fromkeys(pids)}
 
 def left(running):
     deadline = time.monotonic() + 15

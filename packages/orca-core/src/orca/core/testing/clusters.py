@@ -52,7 +52,8 @@ from orca.core._ray_node import RAY_START
 
 HOST = "127.0.0.1"
 __all__ = [
-    "HOST", "RayCluster", "SparkStandaloneCluster", "kill_pids", "pid_alive", "process_name", "process_tree",
+    "HOST", "RayCluster", "SparkStandaloneCluster", "context_processes", "kill_pids", "pid_alive", "process_name",
+    "process_tree",
     "processes_mentioning", "pyspark_home", "ray_cluster", "ray_env", "run_python", "spark_standalone_cluster",
 ]
 
@@ -528,3 +529,14 @@ def quickstart_test(framework: str) -> Any:
 
     test.__doc__ = f"examples/quickstart.py's job for {framework} runs and predicts the true function."
     return test
+
+
+def context_processes(ctx: Any) -> dict[str, str]:
+    """The engine processes of this process's Orca context, ``{pid: name}``: its descendants (Spark's
+    JVM, an embedded Ray's daemons) and the processes of the context's Ray temporary folder (Ray's
+    daemons re-parent themselves). ``ctx`` may be None (descendants only)."""
+    pids = process_tree(os.getpid())[1:]
+    if ctx is not None and ctx._ray_temp_dir:
+        for pid in processes_mentioning(ctx._ray_temp_dir):
+            pids += process_tree(pid)
+    return {str(p): process_name(p) for p in dict.fromkeys(pids)}
