@@ -266,7 +266,8 @@ def matrix_session(func: Callable[..., None]) -> Callable[..., None]:
 
 
 def _env_torch(session: nox.Session, pins: dict[str, str]) -> None:
-    _install_torch_env(session, *_pins(pins, "torch"), *MLFLOW)
+    # pyspark's Connect client (orca-core's `connect` extra) for test_torch_spark_connect.py
+    _install_torch_env(session, *_pins(pins, "torch"), *MLFLOW, "pyspark[connect]")
 
 
 def _env_tf(session: nox.Session, pins: dict[str, str]) -> None:
@@ -305,7 +306,9 @@ ENVS: dict[str, Callable[[nox.Session, dict[str, str]], None]] = {
 def core(session: nox.Session, pins: dict[str, str]) -> None:
     """orca-core tests: OrcaContext, XShards and the shared engine, on real local Spark and Ray;
     MLflow tracking against a real sqlite tracking store (hence sqlalchemy and alembic)."""
-    _install(session, *_pins(pins), *CORE, *MLFLOW, HOROVOD_CMAKE)
+    # the Spark Connect client's dependencies (orca-core's `connect` extra) for test_spark_connect.py
+    connect = f"pyspark[connect]{pins['pyspark']}"
+    _install(session, *_pins(pins), connect, *CORE, *MLFLOW, HOROVOD_CMAKE)
     _runtime_env(session)
     _pytest(session, "orca-core")
 
@@ -352,38 +355,27 @@ def openvino(session: nox.Session, pins: dict[str, str]) -> None:
     _pytest(session, "orca-openvino")
 
 
-def _install_horovod(session: nox.Session, framework: str) -> None:
-    """Horovod built for ``framework`` by the installer users run (``python -m
-    orca.core.horovod_install``): its keyed wheel cache makes later runs take seconds (the first
-    build: about 2 minutes each on 2 cores). The installer builds with pip."""
-    _install(session, "pip")
-    session.run("python", "-m", "orca.core.horovod_install", framework)
-
-
-@test_session
-def torch_horovod(session: nox.Session) -> None:
-    """orca-torch's ``horovod`` backend: Horovod 0.28.1 built against torch 2.13, then every test of
-    orca-torch parametrized with that backend (``-m horovod``)."""
-    _install_torch_env(session, TORCH, *MLFLOW)
-    _install_horovod(session, "torch")
-    _runtime_env(session)
-    _pytest(session, "orca-torch", "packages/orca-torch/tests", "-m", "horovod")
-
-
 #: the newest TensorFlow Horovod 0.28.1 builds against (Keras 2.15: TF >= 2.16 ships no XLA headers it
 #: includes); it keeps numpy 1.26, which pyarrow 26 refuses at import, and tensorboard below the 2.16 that
-#: orca-tf's test extra names: so orca-tf goes in without the extra, its test tools listed here
-TF_HOROVOD = ("tensorflow-cpu==2.15.1", "pyarrow<26", "pytest>=8", "pytest-timeout>=2.2", "scikit-learn>=1.3")
+#: orca-tf's test extra names: so orca-tf goes in without the extra (orca-torch's test extra has its tools)
+TF_HOROVOD = ("tensorflow-cpu==2.15.1", "pyarrow<26")
 
 
 @test_session
-def tf_horovod(session: nox.Session) -> None:
-    """orca-tf's ``horovod`` backend on TensorFlow 2.15 (Keras 2): Horovod 0.28.1 built against it,
-    then orca-tf's Horovod tests (test_horovod.py: the conformance suite and the backend's own)."""
-    _install(session, *TF_HOROVOD, *CORE, "-e", "packages/orca-tf")
-    _install_horovod(session, "tensorflow")
+def horovod(session: nox.Session) -> None:
+    """The ``horovod`` backends of orca-torch and orca-tf in one environment (torch 2.13 and TensorFlow
+    2.15, Keras 2), with one Horovod 0.28.1 build for both by the installer users run (``python -m
+    orca.core.horovod_install torch tensorflow``: gloo is compiled once, not once per framework; about
+    4 minutes on 2 cores, every CI run, as ``.ci/run`` gives each run an empty cache). Then every test of
+    orca-torch parametrized with that backend (``-m horovod``) and orca-tf's Horovod tests
+    (test_horovod.py: the conformance suite and the backend's own)."""
+    _install(session, TORCH)  # alone and pinned first: no other resolution may pull a CUDA build
+    _install(session, TORCH, *TF_HOROVOD, *CORE, "-e", "packages/orca-torch[test]", "-e", "packages/orca-tf",
+             *MLFLOW, "pip")
+    session.run("python", "-m", "orca.core.horovod_install", "torch", "tensorflow")
     _runtime_env(session)
-    session.run("pytest", "packages/orca-tf/tests/test_horovod.py", "--durations=25", *session.posargs)
+    _pytest(session, "orca-torch", "packages/orca-torch/tests", "-m", "horovod")
+    _pytest(session, "orca-tf", "packages/orca-tf/tests/test_horovod.py")
 
 
 WORKFLOW = ".github/workflows/ci.yml"
@@ -457,9 +449,10 @@ def docs(session: nox.Session) -> None:
 
 @test_session
 def lint(session: nox.Session) -> None:
-    """ruff over packages/, benchmarks/, examples/ and noxfile.py; mypy on orca-core; the GitHub
-    workflow runs one job per test session."""
-    _install(session, "ruff==0.17.6", "mypy==2.4.1", "pyyaml==6.0.3", "-e", "packages/orca-core")
+    """ruff over packages/, benchmarks/, examples/ and noxfile.py; mypy on orca-core; orca-core's layer
+    contracts (import-linter, configured in its pyproject.toml) and the proof that they catch what they
+    forbid; the GitHub workflow runs one job per test session."""
+    _install(session, "ruff==0.17.6", "mypy==2.4.1", "pyyaml==6.0.3", "import-linter==2.16", "-e", "packages/orca-core")
     paths = [p for p in LINT_PATHS if Path(p).exists()]
     # Lenient on third-party code (pyspark, ray are not installed here), strict enough to
     # check orca-core's own code. MYPYPATH makes the PEP 420 `orca` namespace resolvable.
@@ -469,11 +462,15 @@ def lint(session: nox.Session) -> None:
     # the workflow's per-package jobs are exactly the test sessions (its path filters are named after them)
     tested = sorted([*MATRIX, *(name for name, func in nox.registry.get().items() if "test" in getattr(func, "tags", []))])
     checks = {"ruff": ["ruff", "check", *paths], "mypy": [*mypy, "-p", "orca.core"],
-              "workflow": ["python", "-c", WORKFLOW_CHECK, WORKFLOW, *tested]}
+              "workflow": ["python", "-c", WORKFLOW_CHECK, WORKFLOW, *tested],
+              "imports": ["lint-imports", "--no-cache", "--config", "packages/orca-core/pyproject.toml"],
+              "imports-selftest": ["python", "packages/orca-core/tests/check_layers.py"]}
+    # import-linter reads the sources of every package (the framework packages' imports are checked too)
+    sources = {"PYTHONPATH": os.pathsep.join(str(p) for p in sorted(Path("packages").glob("orca-*/src")))}
     failed = []
-    for name, command in checks.items():  # run both, so one report shows every finding
+    for name, command in checks.items():  # run them all, so one report shows every finding
         try:
-            session.run(*command)
+            session.run(*command, env=sources if name.startswith("imports") else None)
         except nox.command.CommandFailed:
             failed.append(name)
     if failed:
@@ -608,7 +605,9 @@ def bench(session: nox.Session) -> None:
         session.install(PETASTORM)
     except nox.command.CommandFailed:
         session.warn(f"{PETASTORM} did not install: the data-path table reports petastorm as n/a")
-    _install_horovod(session, "torch")  # the horovod rows of the training and allreduce benchmarks
+    session.install("pip")  # the installer builds with pip (a uv-made environment has none)
+    # the horovod rows of the training and allreduce benchmarks
+    session.run("python", "-m", "orca.core.horovod_install", "torch")
     _runtime_env(session)
     session.run("python", "benchmarks/run.py", *session.posargs)
     if not any(a.startswith("--parts") for a in session.posargs):

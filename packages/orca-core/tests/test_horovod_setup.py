@@ -1,7 +1,7 @@
 """What orca-core does for a Horovod backend without Horovod itself: each rank's place (as
 ``horovodrun`` computes it), the environment ``hvd.init()`` reads, and the installer's build set-up
 (the C++17 wrapper really run, the keyed wheel cache, the refusals). The backends themselves run in
-the torch_horovod and tf_horovod sessions, where Horovod is built."""
+the horovod session, where Horovod is built once for both frameworks."""
 
 from __future__ import annotations
 
@@ -50,7 +50,23 @@ def test_the_build_wrapper_turns_cxx14_into_cxx17(tmp_path, monkeypatch) -> None
                          text=True, check=True).stdout.split()
     assert out == ["-O2", "-std=c++17", "-c", "a", "file.cc", "-std=c++17"]
     assert (env["HOROVOD_WITH_PYTORCH"], env["HOROVOD_WITHOUT_TENSORFLOW"], env["HOROVOD_WITHOUT_MPI"]) == ("1",) * 3
-    assert horovod_install.build_env("tensorflow", tmp_path)["HOROVOD_WITH_TENSORFLOW"] == "1"
+    tf_only = horovod_install.build_env("tensorflow", tmp_path)
+    assert (tf_only["HOROVOD_WITH_TENSORFLOW"], tf_only["HOROVOD_WITHOUT_PYTORCH"]) == ("1", "1")
+    assert "HOROVOD_WITH_PYTORCH" not in tf_only
+
+
+def test_one_build_for_both_frameworks_switches_both_on_and_leaves_the_shells_choice_out(tmp_path, monkeypatch) -> None:
+    monkeypatch.setenv("HOROVOD_WITHOUT_PYTORCH", "1")  # left over in a user's shell
+    env = horovod_install.build_env(["tensorflow", "torch"], tmp_path)
+    assert (env["HOROVOD_WITH_PYTORCH"], env["HOROVOD_WITH_TENSORFLOW"]) == ("1", "1")
+    assert "HOROVOD_WITHOUT_PYTORCH" not in env and "HOROVOD_WITHOUT_TENSORFLOW" not in env
+    assert env["HOROVOD_WITHOUT_MXNET"] == "1"
+    with pytest.raises(SystemExit, match="unknown framework"):
+        horovod_install.build_env(["torch", "jax"], tmp_path)
+    # the command line takes both, and refuses what is not a framework before building anything
+    out = subprocess.run([sys.executable, "-m", "orca.core.horovod_install", "torch", "jax"], capture_output=True,
+                         text=True, timeout=60)
+    assert out.returncode == 2 and "invalid choice: 'jax'" in out.stderr
 
 
 def test_the_wheel_cache_is_keyed_by_framework_version_and_python(monkeypatch, tmp_path) -> None:
@@ -58,7 +74,12 @@ def test_the_wheel_cache_is_keyed_by_framework_version_and_python(monkeypatch, t
     torch_dir = horovod_install.cache_dir("torch", "2.13.0")
     assert torch_dir.parent == tmp_path
     assert len({torch_dir, horovod_install.cache_dir("torch", "2.14.1"), horovod_install.cache_dir("torch", "2.13.0", "cuda"),
-                horovod_install.cache_dir("tensorflow", "2.15.1")}) == 4
+                horovod_install.cache_dir("tensorflow", "2.15.1"),
+                horovod_install.cache_dir(("torch", "tensorflow"), ("2.13.0", "2.15.1"))}) == 5
+    both = horovod_install.cache_dir(("torch", "tensorflow"), ("2.13.0", "2.15.1")).name
+    assert "torch-2.13.0-tensorflow-2.15.1-cpu" in both
+    with pytest.raises(ValueError, match="one version per framework"):
+        horovod_install.cache_dir(("torch", "tensorflow"), "2.13.0")
     monkeypatch.delenv("ORCA_HOROVOD_CACHE")
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))  # a run's own cache home (.ci/run sets one)
     assert horovod_install.cache_dir("torch", "2.13.0").parent == tmp_path / "xdg" / "orca" / "horovod"
@@ -107,6 +128,7 @@ _HOROVOD_LIKE = {
     "CMakeLists.txt": """cmake_minimum_required(VERSION 3.13 FATAL_ERROR)
 project(like_horovod CXX)
 add_subdirectory(third_party/gloo)
+include(frameworks.cmake)
 include(CheckLanguage)
 check_language(CUDA)
 if(NOT CMAKE_CUDA_COMPILER)
@@ -121,7 +143,20 @@ else()
     message(STATUS "ORCA-PROBE cuda=off")
 endif()
 """,
-    "third_party/gloo/CMakeLists.txt": "cmake_minimum_required(VERSION 2.8.12 FATAL_ERROR)\nproject(gloo CXX)\n",
+    "third_party/gloo/CMakeLists.txt": "cmake_minimum_required(VERSION 2.8.12 FATAL_ERROR)\nproject(gloo CXX)\n"
+                                       "add_library(gloo STATIC unlinked.cc)\n",
+    # the copy of gloo no framework links: in the default target, and it does not compile
+    "third_party/gloo/unlinked.cc": "#error this gloo copy is linked by no framework: it must not be built\n",
+    # the frameworks' libraries (Horovod's target names) and the copy of gloo they link
+    "frameworks.cmake": """add_library(compatible17_gloo STATIC gloo17.cc)
+add_library(pytorch SHARED framework.cc)
+target_link_libraries(pytorch compatible17_gloo)
+add_library(tensorflow SHARED framework.cc)
+target_link_libraries(tensorflow compatible17_gloo)
+message(STATUS "ORCA-FLAGS ${CMAKE_CXX_FLAGS_RELWITHDEBINFO}")
+""",
+    "gloo17.cc": "int gloo17() { return 17; }\n",
+    "framework.cc": "int gloo17();\nint framework() { return gloo17(); }\n",
 }
 
 
@@ -132,7 +167,8 @@ def _configure(cmake: str, tree: Path) -> subprocess.CompletedProcess[str]:
     build = tree / "build"
     shutil.rmtree(build, ignore_errors=True)
     build.mkdir()
-    return subprocess.run([cmake, str(tree)], cwd=build, capture_output=True, text=True, timeout=300)
+    return subprocess.run([cmake, str(tree), "-DCMAKE_BUILD_TYPE=RelWithDebInfo"], cwd=build, capture_output=True,
+                          text=True, timeout=300)
 
 
 @pytest.mark.timeout(600)
@@ -156,9 +192,38 @@ def test_the_cpu_build_configures_horovods_tree_without_cuda_even_with_nvcc_inst
     (tmp_path / "e").mkdir()
     echo = horovod_install.write_cmake_wrapper(Path(shutil.which("echo") or "/bin/echo"), "cpu", tmp_path / "e")
     assert subprocess.run([echo, "--build", "."], capture_output=True, text=True).stdout.split() == ["--build", "."]
+    # for the frameworks asked for, their libraries are the targets (what setup.py's arguments follow)
+    both = horovod_install.write_cmake_wrapper(Path("/bin/echo"), "cpu", tmp_path / "e", ("tensorflow", "torch"))
+    assert subprocess.run([both, "--build", ".", "--config", "RelWithDebInfo"], capture_output=True,
+                          text=True).stdout.split() == ["--build", ".", "--target", "pytorch", "tensorflow",
+                                                        "--config", "RelWithDebInfo"]
     assert "-DCMAKE_DISABLE_FIND_PACKAGE_CUDAToolkit=TRUE" in subprocess.run(
         [echo, "src"], capture_output=True, text=True).stdout.split()
     assert "CUDAToolkit" not in horovod_install.write_cmake_wrapper(Path("/bin/echo"), "cuda", tmp_path).read_text()
+
+
+@pytest.mark.timeout(600)
+def test_the_build_compiles_the_frameworks_libraries_without_debug_info_and_skips_the_unlinked_gloo(tmp_path) -> None:
+    """Horovod's tree compiles a copy of gloo per C++ ABI/standard, also one no framework links, and
+    builds RelWithDebInfo (-g). Through the installer's wrapper a configure + build as setup.py runs
+    them (``cmake SRC -DCMAKE_BUILD_TYPE=RelWithDebInfo``, then ``cmake --build . --config
+    RelWithDebInfo``) compiles the frameworks' libraries and the gloo they link, without -g, and never
+    the unlinked copy (its source does not compile: the plain build fails on it, the control)."""
+    cmake = shutil.which("cmake")
+    assert cmake, "the core session installs the installer's CMake (noxfile: HOROVOD_CMAKE)"
+    wrapper = horovod_install.write_cmake_wrapper(Path(cmake), "cpu", tmp_path, ("torch", "tensorflow"))
+    tree = tmp_path / "tree"
+    configured = _configure(str(wrapper), tree)
+    assert configured.returncode == 0, configured.stdout + configured.stderr
+    flags = next(line for line in configured.stdout.splitlines() if "ORCA-FLAGS" in line)
+    assert "-O2" in flags and "-g" not in flags.split(), flags
+    build = tree / "build"
+    built = subprocess.run([str(wrapper), "--build", ".", "--config", "RelWithDebInfo"], cwd=build,
+                           capture_output=True, text=True, timeout=300)
+    assert built.returncode == 0, built.stdout + built.stderr
+    assert sorted(p.name for p in build.glob("*.so")) == ["libpytorch.so", "libtensorflow.so"]
+    plain = subprocess.run([cmake, "--build", "."], cwd=build, capture_output=True, text=True, timeout=300)
+    assert plain.returncode != 0 and "must not be built" in plain.stdout + plain.stderr
 
 
 def test_the_build_environment_sets_the_variant_and_drops_the_shells_gpu_settings(tmp_path, monkeypatch) -> None:
@@ -167,7 +232,8 @@ def test_the_build_environment_sets_the_variant_and_drops_the_shells_gpu_setting
     env = horovod_install.build_env("torch", tmp_path, "cpu", Path("/opt/cmake/bin/cmake"))
     assert "HOROVOD_GPU_OPERATIONS" not in env
     assert env["CMAKE_POLICY_VERSION_MINIMUM"] == "3.5"  # a CMake 4 given by hand configures the tree too
-    assert Path(env["HOROVOD_CMAKE"]).read_text().count("/opt/cmake/bin/cmake") == 2
+    wrapper = Path(env["HOROVOD_CMAKE"]).read_text()
+    assert wrapper.count("/opt/cmake/bin/cmake") == 3 and "--target pytorch" in wrapper
     assert horovod_install.build_env("torch", tmp_path, "cuda")["HOROVOD_GPU_OPERATIONS"] == "NCCL"
     monkeypatch.setenv("HOROVOD_CMAKE", "/usr/local/bin/my-cmake")  # the user's choice wins
     assert horovod_install.build_env("torch", tmp_path, "cpu", Path("/x"))["HOROVOD_CMAKE"] == "/usr/local/bin/my-cmake"

@@ -166,3 +166,47 @@ def test_ranks_meet_through_the_driver_each_getting_every_value_in_rank_order():
         server.close()
     waiting.join(30)
     assert isinstance(results[("c", 0)], ConnectionError), results[("c", 0)]
+
+
+def test_the_rendezvous_is_bounded_by_the_start_timeout_alone_and_names_the_fix():
+    """Ranks meeting their peers wait for each other (not blamed while one still loads its data); once
+    all are silent for worker_start_timeout_s, even below worker_timeout_s, the call fails with a
+    message that says they could not meet and what to check (addresses, driver_host)."""
+    from orca.core.engine.liveness import MEETING
+
+    live = Liveness(2, timeout_s=30.0, start_s=0.3)
+    live.seen(0, {"phase": MEETING, "host": "h0", "pid": 1})
+    for _ in range(4):  # rank 1 still loads its data: rank 0 waits, unblamed
+        live.seen(1, {"phase": "loading its data", "host": "h1", "pid": 2})
+        time.sleep(0.15)
+        assert live.silent() is None
+    live.seen(1, {"phase": MEETING, "host": "h1", "pid": 2})
+    time.sleep(0.4)
+    msg = live.silent() or ""
+    assert msg.startswith("Orca worker rank 0 (host h0, pid 1) could not meet its peers"), msg
+    assert "worker_start_timeout_s=0.3" in msg and "rank(s) 1 wait for it" in msg, msg
+    assert "driver_host=" in msg and "SPARK_LOCAL_IP" in msg and "127.0.1.1" in msg, msg
+
+
+def test_a_workers_failure_reaches_the_driver_before_its_result():
+    """report_failure sends the worker's error over the call's channel at once: the driver's record
+    holds it by rank, as error_result made it."""
+    from orca.core.engine.group import error_result
+    from orca.core.engine.liveness import report_failure
+
+    live = Liveness(2, timeout_s=30.0)
+    server = ProgressServer("127.0.0.1", use_tqdm=False, liveness=live)
+    try:
+        with beating(server.endpoint, 1):
+            report_failure(error_result(RuntimeError("connect refused at 127.0.1.1:29500"), 1))
+            deadline = time.monotonic() + 10
+            while not live.failures and time.monotonic() < deadline:
+                time.sleep(0.02)
+        assert list(live.failures) == [1]
+        failure = live.failures[1]
+        assert failure["error"] == "RuntimeError: connect refused at 127.0.1.1:29500"
+        assert failure["rank"] == 1 and "Traceback" not in failure["error"] and failure["exc_type"] == "RuntimeError"
+        live.restart()  # a new call forgets them
+        assert live.failures == {}
+    finally:
+        server.close()

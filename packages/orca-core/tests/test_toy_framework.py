@@ -20,6 +20,7 @@ from orca.core.plugin import (
     BaseEstimator,
     Batch,
     NotFittedError,
+    OrcaWorkerError,
     Rendezvous,
     Runner,
     declare,
@@ -352,6 +353,42 @@ def test_skipping_steps_is_refused_on_the_driver_where_the_runner_cannot(orca_co
         assert est._group is None  # nothing was started
     finally:
         est.shutdown()
+
+
+class _RefusedRunner(NumpyLinearRunner):
+    """Rank 0 fails as a framework's process group fails on a peer's refused address; rank 1 joins
+    the sync group and waits there for rank 0, retrying its refused connection."""
+
+    def setup(self, rendezvous: Rendezvous) -> None:
+        if rendezvous.rank == 0:
+            raise RuntimeError("Gloo connectFullMesh failed: Connection refused, remote=[127.0.1.1]:29500")
+        super().setup(rendezvous)
+
+
+class _RefusedEstimator(NumpyEstimator):
+    backends = declare(Backend("ray", "ray", _RefusedRunner, "Ray actors"),
+                       Backend("spark", "spark", _RefusedRunner, "Spark barrier tasks"))
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("backend", ["spark", "ray"])
+def test_a_rank_that_fails_to_connect_fails_the_fit_at_once_while_its_peer_still_waits(
+        orca_context: Any, ray_runtime: Any, backend: str) -> None:
+    """The fit ends seconds after rank 0's failure, with rank 0's error and what to check, though
+    rank 1 still waits for rank 0 (a Spark barrier stage's results come back only when every task
+    ended: rank 0 tells the driver ahead of its result, and the driver stops the stage)."""
+    est = _RefusedEstimator.from_numpy(backend=backend)
+    x, y = regression_arrays(32)
+    t0 = time.monotonic()
+    try:
+        with pytest.raises(OrcaWorkerError, match=r"Orca worker 0 .*failed during (fit|setup): RuntimeError: Gloo "
+                                                  r"connectFullMesh failed.*127\.0\.1\.1") as info:
+            est.fit({"x": x, "y": y}, epochs=1, batch_size=8)
+    finally:
+        est.shutdown()
+    assert info.value.rank == 0
+    assert "SPARK_LOCAL_IP" in str(info.value) and "driver_host=" in str(info.value)  # what to check
+    assert time.monotonic() - t0 < 60  # not the start-up timeout (300 s) nor the worker timeout (180 s)
 
 
 @pytest.mark.timeout(120)

@@ -361,8 +361,8 @@ def test_bad_inputs_are_refused_on_the_driver_naming_the_argument():
     no_opt = Estimator.from_graph(inputs=ep["inputs"], outputs=ep["outputs"], labels=ep["labels"], verbose=0)
     with pytest.raises(ValueError, match="fit needs loss= and optimizer="):
         no_opt.fit((x, y), epochs=1, batch_size=4)
-    with pytest.raises(ValueError, match="exactly one of model_creator= .* and keras_model="):
-        Estimator.from_keras()
+    with pytest.raises(ValueError, match="one of model_creator= .* and keras_model=.*not both"):
+        Estimator.from_keras(model_creator=lambda config: None, keras_model=object())
     with pytest.raises(TypeError, match="keras_model must be a compiled keras.Model"):
         Estimator.from_keras(keras_model="model.h5")
     uncompiled = keras.Sequential([keras.Input((4,)), keras.layers.Dense(1)])

@@ -2,8 +2,8 @@
 is all-reduced by Horovod's gloo controller, started from Orca's rendezvous.
 
 Horovod 0.28.1 builds only against TensorFlow <= 2.15, so these tests run in an environment of
-their own (the ``tf_horovod`` nox session: ``tensorflow-cpu==2.15.1``, Keras 2, and
-``python -m orca.core.horovod_install tensorflow``). Everywhere else only the first test runs:
+their own (the ``horovod`` nox session: ``tensorflow-cpu==2.15.1``, Keras 2, and
+``python -m orca.core.horovod_install torch tensorflow``). Everywhere else only the first test runs:
 asking for the backend fails at once with an ImportError naming those commands.
 """
 
@@ -41,7 +41,7 @@ def _has_horovod_tensorflow() -> bool:
 
 HAS_HOROVOD = _has_horovod_tensorflow()
 needs_horovod = pytest.mark.skipif(not HAS_HOROVOD, reason="Horovod for TensorFlow is not installed (the "
-                                                            "tf_horovod nox session has it)")
+                                                            "horovod nox session has it)")
 
 
 @pytest.mark.skipif(HAS_HOROVOD, reason="Horovod for TensorFlow is installed: the backend is available")

@@ -295,3 +295,30 @@ def test_get_model_sample_input_builds_a_subclassed_model_before_setting_the_wei
     np.testing.assert_allclose(np.asarray(model(sample)), [[0.5 - 2.0 + 0.25]], rtol=1e-6)
     untrained = est.get_model(set_weights=False, sample_input=sample)
     assert not np.allclose(untrained.get_weights()[0], kernel)
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("name", ["model.h5", "model.keras"])
+def test_from_keras_without_a_model_takes_the_one_load_reads(orca_context, tmp_path, name):
+    """The reference's test_get_model: ``Estimator.from_keras()`` with no model, then ``load``."""
+    from orca.core.plugin import NotFittedError
+    from orca.tf import Estimator
+
+    x = np.linspace(-1, 1, 8, dtype=np.float32)[:, None]
+    saved = Estimator.from_keras(model_creator=reference_model_creator, workers_per_node=2, backend="bigdl",
+                                 verbose=0)
+    path = saved.save(str(tmp_path / name))  # (no worker: the creator's model, built on the driver)
+    want = saved.get_model().get_weights()
+    est = Estimator.from_keras(workers_per_node=2, backend="bigdl", verbose=0)
+    for call in (est.get_model, lambda: est.predict(x), lambda: est.fit((x, x), epochs=1, batch_size=4)):
+        with pytest.raises(NotFittedError, match="load"):
+            call()
+    try:
+        est.load(path)
+        got = est.get_model().get_weights()
+        pred = est.predict(x, batch_size=4)  # the workers rebuild the loaded model
+    finally:
+        est.shutdown()
+    for w, g in zip(want, got, strict=True):
+        np.testing.assert_array_equal(w, g)
+    np.testing.assert_allclose(pred[:, 0], x[:, 0] * want[0][0, 0] + want[1][0], rtol=1e-5, atol=1e-6)

@@ -15,7 +15,7 @@ def _has_horovod() -> bool:
         return False
 
 
-#: the horovod backend where Horovod is built (the torch_horovod nox session, ``-m horovod``)
+#: the horovod backend where Horovod is built (the horovod nox session, ``-m horovod``)
 HOROVOD = ["horovod"] if _has_horovod() else []
 
 
@@ -51,7 +51,7 @@ def predict_plain(model, x):
 
 
 def pytest_configure(config):
-    config.addinivalue_line("markers", "horovod: runs on the horovod backend (the torch_horovod session: -m horovod)")
+    config.addinivalue_line("markers", "horovod: runs on the horovod backend (the horovod nox session: -m horovod)")
 
 
 def pytest_collection_modifyitems(session, config, items):

@@ -2,7 +2,7 @@
 
 The pinned-number tests of the other modules (exact SGD, the multi-tensor and BatchNorm models,
 the CNN, skewed shares, the conformance suite with its failure tests, the guide's sample, the
-loopback check) run on horovod too where Horovod is built: the ``torch_horovod`` nox session runs
+loopback check) run on horovod too where Horovod is built: the ``horovod`` nox session runs
 ``-m horovod``. This module holds what only this backend has. Where Horovod is not built (the
 ``torch`` session) its one test checks the error that names the install command.
 """

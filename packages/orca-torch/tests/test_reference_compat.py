@@ -430,3 +430,97 @@ def test_the_references_dataloader_fit_with_adam_and_a_trigger_without_model_dir
     assert result["num_samples"] == 6 and isinstance(result["Accuracy"], torch.Tensor)
     assert isinstance(est.get_model(), nn.Module)
     assert est.get_state_dict()["optimizers"][0]["param_groups"][0]["iteration"] == 6
+
+
+# ---------------------------------------------------------------- 6. fit's per-worker stats, max_steps, metric classes
+@pytest.mark.parametrize("sync_stats", [False, True])
+def test_fit_gives_each_workers_own_training_stats_unless_sync_stats(orca_context, two_halves, sync_stats):
+    # the reference's test_not_sync_stats: worker 0's loss is always 0, worker 1's always 1 (lr 0: w stays 1)
+    est = _linear("bigdl", lr=0.0, sync_stats=sync_stats)
+    try:
+        per_worker = est.fit(two_halves, epochs=2, batch_size=4, reduce_results=False)
+        merged = est.fit(two_halves, epochs=1, batch_size=4)
+    finally:
+        est.shutdown()
+    assert len(per_worker) == 2 and all(len(epoch) == 2 for epoch in per_worker)
+    worker_0, worker_1 = per_worker[0]
+    if sync_stats:
+        assert worker_0["train_loss"] == worker_1["train_loss"] == pytest.approx(0.5)
+        assert worker_0["num_samples"] == worker_1["num_samples"] == 40
+    else:
+        assert (worker_0["train_loss"], worker_1["train_loss"]) == (pytest.approx(0.0), pytest.approx(1.0))
+        assert worker_0["num_samples"] == worker_1["num_samples"] == 20
+        assert worker_0["batch_count"] == worker_1["batch_count"] == 10
+    assert all("_ranks" not in stats for epoch in per_worker for stats in epoch)
+    assert merged[0]["train_loss"] == pytest.approx(0.5) and "_ranks" not in merged[0]
+
+
+def test_fit_max_steps_runs_as_many_epochs_as_it_takes_ignoring_epochs(orca_context, two_halves):
+    # the reference's test_train_max_steps: epochs is ignored; 10 steps per epoch here (40 rows, batch 4)
+    est = _linear("bigdl", lr=0.0)
+    try:
+        history = est.fit(two_halves, batch_size=4, max_steps=15)
+        with pytest.raises(ValueError, match="max_steps"):
+            est.fit(two_halves, batch_size=4, max_steps=0)
+    finally:
+        est.shutdown()
+    assert [h["epoch"] for h in history] == [1, 2]
+    assert [h["num_samples"] for h in history] == [40, 20]
+    assert est.epochs_trained == 2
+
+
+def test_orca_torch_metric_names_are_the_torch_metric_classes():
+    import orca.torch
+    from orca.torch import metrics
+
+    for name in ("AUC", "MAE", "MSE", "Accuracy", "BinaryAccuracy", "Top5Accuracy"):
+        assert getattr(orca.torch, name) is getattr(metrics, name)
+    acc = Accuracy()  # called as the reference's: acc(preds, targets), then acc.compute()
+    acc(torch.tensor([[0.1, 0.9], [0.8, 0.2], [0.3, 0.7]]), torch.tensor([1, 0, 0]))
+    assert isinstance(acc.compute(), torch.Tensor) and acc.compute().item() == pytest.approx(2 / 3)
+
+
+class TwoHeads(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.score = nn.Linear(4, 1)
+        self.probs = nn.Linear(4, 3)
+
+    def forward(self, x):
+        return self.score(x), self.probs(x)
+
+
+def test_a_multi_output_dataframe_prediction_is_one_column_of_each_rows_outputs(spark):
+    # the reference's predict gave a multi-output model's row as one `prediction` list ([vector, vector])
+    x = np.random.default_rng(1).normal(size=(10, 4)).astype(np.float32)
+    df = spark.createDataFrame([(i, row.tolist()) for i, row in enumerate(x)], ["id", "feature"])
+    model = TwoHeads()
+    est = Estimator.from_torch(model=model, loss=nn.MSELoss(), backend="bigdl", workers_per_node=2, use_tqdm=False)
+    try:
+        out = est.predict(df, batch_size=4, feature_cols=["feature"])
+        rows = out.orderBy("id").collect()
+    finally:
+        est.shutdown()
+    assert out.columns == ["id", "feature", "prediction"]
+    assert out.schema["prediction"].dataType.simpleString() == "array<array<float>>"
+    with torch.no_grad():
+        score, probs = model(torch.from_numpy(x))
+    for row, s, p in zip(rows, score.numpy(), probs.numpy(), strict=True):
+        assert [len(v) for v in row["prediction"]] == [1, 3]
+        np.testing.assert_allclose(row["prediction"][0], s, atol=1e-6)
+        np.testing.assert_allclose(row["prediction"][1], p, atol=1e-6)
+
+
+def test_evaluate_reduce_results_false_gives_one_result_per_worker_on_a_many_partition_dataframe(spark):
+    # the reference's test_dataframe_shard_size_train_eval: as many results as workers, whatever the partitions
+    rows = [([0.0], [0.0])] * 20 + [([1.0], [0.0])] * 20  # partitions 0-1: x = 0 (loss 0); 2-3: x = 1 (loss 1)
+    df = spark.sparkContext.parallelize(rows, 4).toDF(["feature", "label"])
+    est = _linear("bigdl")
+    try:
+        per_worker = est.evaluate(df, batch_size=4, feature_cols=["feature"], label_cols=["label"],
+                                  reduce_results=False)
+    finally:
+        est.shutdown()
+    assert [w["num_samples"] for w in per_worker] == [20, 20]
+    assert [w["val_loss"] for w in per_worker] == [pytest.approx(0.0), pytest.approx(1.0)]
+    assert process_stats(per_worker)["val_loss"] == pytest.approx(0.5)

@@ -6,7 +6,7 @@ BigDL's jars go on every Spark session Orca starts (the package declares them th
 
 from orca.bigdl._engine import _warn_if_started_without_jars, bigdl_jars
 from orca.bigdl.estimator import Estimator
-from orca.core.context import register_spark_jars
+from orca.core.plugin import register_spark_jars
 
 __version__ = "0.1.0"
 

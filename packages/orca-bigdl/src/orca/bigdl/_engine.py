@@ -60,7 +60,7 @@ def _warn_if_started_without_jars() -> None:
     """At import: an Orca Spark session already running without BigDL's jars cannot run BigDL."""
     import warnings
 
-    from orca.core.context import OrcaContext
+    from orca.core.plugin import OrcaContext
 
     ctx = OrcaContext.active()
     if ctx is not None and ctx.has_spark and not _has_jars(ctx.spark_session().sparkContext):
@@ -75,7 +75,7 @@ def ensure_engine() -> Any:
             ``orca.bigdl`` was imported).
     """
     global _started_for
-    from orca.core.context import OrcaContext
+    from orca.core.plugin import OrcaContext
 
     sc = OrcaContext.get_spark_context()
     if _started_for == id(sc):

@@ -148,7 +148,7 @@ class Estimator:
     # ------------------------------------------------------------ data
     def _dataframe(self, data: Any, feature_cols: Any, label_cols: Any, need_labels: bool, arg: str) -> Any:
         """``data`` as a DataFrame with one feature column and (with labels) one label column."""
-        from orca.core.context import OrcaContext
+        from orca.core.plugin import OrcaContext
 
         feature_cols, label_cols = _reference_columns(data, feature_cols, label_cols, need_labels, arg)
         src = get_data_source(data, feature_cols=feature_cols, label_cols=label_cols, need_labels=need_labels,
@@ -216,7 +216,7 @@ class Estimator:
             TypeError: an unsupported data type.
         """
         if self.fit_listeners:  # (the parameters start BigDL's engine: only when someone listens)
-            from orca.core.engine.tracking import hyperparameters
+            from orca.core.plugin import hyperparameters
 
             self._notify({"event": "fit_begin", "params": {
                 "estimator": type(self).__name__, "backend": "bigdl", "num_workers": self.num_workers,
@@ -258,7 +258,7 @@ class Estimator:
         return out
 
     def _notify(self, event: dict[str, Any]) -> None:
-        from orca.core.engine.estimator import notify_listeners
+        from orca.core.plugin import notify_listeners
 
         notify_listeners(self.fit_listeners, event)
 
@@ -383,14 +383,14 @@ class Estimator:
             df = src.obj
             assembled = _assemble(df, list(src.feature_cols or []), [], keep=True)
             return nn_model.transform(assembled).drop(FEATURES)
-        from orca.core.context import OrcaContext
+        from orca.core.plugin import OrcaContext
 
         if isinstance(src, ArraySource):
             df = _arrays_to_df(OrcaContext.get_spark_session(), src, False, with_index=True)
             out = nn_model.transform(df).orderBy("__orca_index").select("prediction").toPandas()
             return np.stack(out["prediction"].to_numpy()).astype(np.float32)
         if isinstance(src, ShardsSource):
-            from orca.core.data import XShards
+            from orca.core import XShards
 
             shards = src.obj
             dicts = bool(shards._first_map(lambda shard: isinstance(shard, dict)))
@@ -412,7 +412,7 @@ class Estimator:
         Returns:
             The :class:`~orca.core.engine.tracking.MLflowLogger` (its ``run_ids`` lists the runs).
         """
-        from orca.core.engine.tracking import MLflowLogger
+        from orca.core.plugin import MLflowLogger
 
         return MLflowLogger.attach(self, tracking_uri=tracking_uri, experiment_name=experiment_name,
                                    run_name=run_name, log_model=log_model)

@@ -11,6 +11,8 @@ UI). Below the range only a process that asks for that exact number can take it.
 
 from __future__ import annotations
 
+import ipaddress
+import os
 import random
 import socket
 from contextlib import ExitStack
@@ -83,3 +85,109 @@ def find_free_port(host: str = "127.0.0.1") -> int:
         True
     """
     return find_free_ports(1, host)[0]
+
+
+#: what to check when Orca's processes on several hosts cannot connect to each other
+UNREACHABLE_FIX = (
+    "Workers connect to each other at the address their launcher gives for their host (a Spark executor's, "
+    "from SPARK_LOCAL_IP or the host's name; a Ray node's --node-ip-address): each host's name must resolve "
+    "to an address the other hosts can reach (not 127.0.1.1, Debian's default /etc/hosts entry: set "
+    "SPARK_LOCAL_IP=<the host's address> on each Spark worker, or fix /etc/hosts or DNS), the driver's "
+    "address must be one they reach (init_orca_context(driver_host=...)), and a firewall between the hosts "
+    "must let TCP through on the ports docs/clusters.md lists.")
+
+
+def resolve(address: str) -> str:
+    """``address`` as an IP address: a name resolved here (as this host's processes would
+    resolve it), an IP address as it is; a name that does not resolve, as it is.
+
+    Examples:
+        >>> resolve("10.0.0.2")
+        '10.0.0.2'
+    """
+    try:
+        ipaddress.ip_address(address)
+        return address
+    except ValueError:
+        pass
+    try:
+        return socket.gethostbyname(address)
+    except OSError:
+        return address
+
+
+def is_loopback(address: str) -> bool:
+    """True when ``address`` (an IP address, or a name resolved here) is a loopback address:
+    reachable only from the machine (the network namespace) it is used on.
+
+    Examples:
+        >>> is_loopback("127.0.1.1"), is_loopback("10.0.0.2")
+        (True, False)
+    """
+    try:
+        return ipaddress.ip_address(resolve(address)).is_loopback
+    except ValueError:
+        return False
+
+
+def route_address(host: str) -> str | None:
+    """This machine's own address on its route to ``host`` (the address ``host`` reaches it at on
+    a flat network), or ``None`` when there is no route. Sends nothing (a UDP socket's connect).
+
+    Examples:
+        >>> route_address("127.0.0.1")
+        '127.0.0.1'
+    """
+    try:
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
+            sock.connect((host, 9))
+            return str(sock.getsockname()[0])
+    except OSError:
+        return None
+
+
+def machine_id() -> str:
+    """Which network stack this process runs on: ``"<host name>/<boot id>/<network namespace>"``.
+
+    Two processes with the same id reach each other's loopback addresses; two with different ids do
+    not (other machines, or network namespaces of one machine).
+    """
+    def read(path: str) -> str:
+        try:
+            with open(path, encoding="ascii") as fh:
+                return fh.read().strip()
+        except OSError:
+            return ""
+
+    try:
+        netns = str(os.stat("/proc/self/ns/net").st_ino)
+    except OSError:
+        netns = ""
+    return f"{socket.gethostname()}/{read('/proc/sys/kernel/random/boot_id')}/{netns}"
+
+
+def check_reachable(hosts: list[str], machines: list[str], what: str = "rank") -> None:
+    """Raise when a process would connect to a loopback address of another machine.
+
+    Args:
+        hosts: the address each process (``what`` 0, 1, ...) is reached at.
+        machines: each process's :func:`machine_id`.
+        what: how the error names a process.
+
+    Raises:
+        ConnectionError: ``hosts[j]`` is a loopback address and process ``j`` runs on another
+            machine than some process ``i``, which could never reach it there; the message names
+            both, the address, and the fix.
+    """
+    for j, (host, machine) in enumerate(zip(hosts, machines, strict=True)):
+        if not is_loopback(host):
+            continue
+        others = [i for i, m in enumerate(machines) if m != machine]
+        if others:
+            i = others[0]
+            at = host if resolve(host) == host else f"{host} (resolved here to {resolve(host)})"
+            raise ConnectionError(
+                f"Orca {what} {i} (host {machines[i].split('/')[0]}) would connect to {what} {j} (host "
+                f"{machine.split('/')[0]}) at {at}, a loopback address, which on {what} {i}'s host is that "
+                f"host itself: {what} {j}'s host gave its own name's address, and its name resolves to "
+                f"loopback. {UNREACHABLE_FIX}")

@@ -48,6 +48,17 @@ def auth_env(token: str | None) -> dict[str, str]:
     return {MODE_VAR: "token", TOKEN_VAR: token}
 
 
+def current_auth_env() -> dict[str, str]:
+    """The auth variables this process's Ray uses now, for processes that must join it."""
+    try:
+        from ray._private.authentication.authentication_utils import is_token_auth_enabled
+
+        enabled = is_token_auth_enabled()
+    except ImportError:
+        enabled = False
+    return auth_env(ambient_token()) if enabled and ambient_token() else auth_env(None)
+
+
 class AuthEnv:
     """Sets the auth variables in this process's environment and restores them on :meth:`restore`.
 

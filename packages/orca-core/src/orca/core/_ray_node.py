@@ -165,6 +165,13 @@ def _node_command(args: dict[str, Any], temp_dir: str) -> list[str]:
     ]
     if args.get("loopback"):
         cmd += ["--node-ip-address", "127.0.0.1"]
+    else:  # the address the head reaches this host at (Ray's own guess routes to 8.8.8.8, which a
+        # cluster without a default route has not, and may pick another interface than the head's)
+        from orca.core._net import route_address
+
+        address = route_address(args["gcs"].rsplit(":", 1)[0])
+        if address is not None and not address.startswith("127."):
+            cmd += ["--node-ip-address", address]
     return cmd
 
 

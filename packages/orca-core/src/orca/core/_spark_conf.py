@@ -6,7 +6,9 @@ import os
 import sys
 from typing import Any
 
-SPARK_CLUSTER_MODES = ("local", "standalone", "yarn-client", "k8s-client", "spark-submit")
+from orca.core._connect import CONNECT_MODE, check_remote
+
+SPARK_CLUSTER_MODES = ("local", "standalone", "yarn-client", "k8s-client", "spark-submit", CONNECT_MODE)
 # The mode-specific keyword arguments build_spark_conf reads.
 SPARK_OPTIONS = frozenset(
     {
@@ -19,6 +21,7 @@ SPARK_OPTIONS = frozenset(
         "penv_archive",
         "driver_host",
         "namespace",
+        "remote",
     }
 )
 
@@ -45,7 +48,7 @@ def build_spark_conf(
 
     Args:
         cluster_mode: one of ``local``, ``standalone``, ``yarn-client``, ``k8s-client``,
-            ``spark-submit``.
+            ``spark-submit``, ``spark-connect`` (``remote="sc://host:port"``).
         cores: cores of the local master, or per executor on a cluster.
         memory: driver memory in local mode, executor memory on a cluster.
         num_nodes: number of executors on a cluster.
@@ -93,6 +96,10 @@ def build_spark_conf(
         )
     elif cluster_mode == "spark-submit":
         # spark-submit already created the configuration; attach only.
+        out = {}
+    elif cluster_mode == CONNECT_MODE:
+        # the server's configuration is the server's; conf= is set on the session (runtime settings)
+        check_remote(kwargs.get("remote"))
         out = {}
     else:
         out.update(

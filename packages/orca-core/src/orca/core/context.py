@@ -29,7 +29,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from orca.core import _active
 from orca.core import _jvm_cache as jvm_cache
+from orca.core._connect import CONNECT_MODE, connect_session, is_connect
 from orca.core._java import ensure_java
 from orca.core._jvm import error_text as _error_text
 from orca.core._jvm import gateway_process as _gateway_process
@@ -37,6 +39,7 @@ from orca.core._jvm import stop_jvm as _stop_jvm
 from orca.core._jvm import stop_spark_and_jvm as _stop_spark_and_jvm
 from orca.core._net import find_free_ports
 from orca.core._ray_auth import AuthEnv, auth_env, new_token
+from orca.core._ray_auth import current_auth_env as _current_auth_env
 from orca.core._ray_spark import RayOnSpark, keep_ray_on_loopback, parse_bytes
 from orca.core._spark_conf import SPARK_CLUSTER_MODES, SPARK_OPTIONS, build_spark_conf
 from orca.core.engine.liveness import backstop_s
@@ -359,10 +362,14 @@ class OrcaContext(metaclass=_ContextType):
             if self._spark is None:
                 self._spark = self._start_spark()
                 _jvm_left = False  # a JVM a session's stop left now runs this context's Spark: it ends with it
-                _answer_as(self._spark.sparkContext, self)
+                if not is_connect(self._spark):  # (a Spark Connect session has no SparkContext)
+                    _answer_as(self._spark.sparkContext, self)
             return self._spark
 
     def _start_spark(self) -> Any:
+        if self.cluster_mode == CONNECT_MODE:  # a client of a Spark Connect server: no JVM here
+            session, self._owns_spark = connect_session(self.extra.get("remote"), self.conf)
+            return session
         ensure_java()
         os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
         os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
@@ -472,6 +479,10 @@ class OrcaContext(metaclass=_ContextType):
     def _start_ray(self) -> RayRuntime:
         started_here = False
         mode = self.ray_mode()
+        if mode == "on_spark" and self.cluster_mode == CONNECT_MODE:
+            raise ValueError("Ray-on-Spark needs a classic Spark session (it starts Ray nodes from the executors "
+                             "through the SparkContext); with cluster_mode='spark-connect' pass address='host:port' "
+                             "of a running Ray cluster (or ray_on_driver=True for a Ray on this machine alone).")
         if mode == "embedded":
             keep_ray_on_loopback()
         import ray
@@ -545,7 +556,13 @@ class OrcaContext(metaclass=_ContextType):
                     errors.append(exc)
             if self._spark is not None:
                 session, self._spark = self._spark, None
-                if self._owns_spark and keep_jvm:
+                if is_connect(session):  # ends this client's session; the server runs on
+                    if self._owns_spark:
+                        try:
+                            session.stop()
+                        except Exception as exc:  # noqa: BLE001 - collected, raised after every part stopped
+                            errors.append(exc)
+                elif self._owns_spark and keep_jvm:
                     try:
                         session.stop()
                     except Exception as exc:  # noqa: BLE001 - collected, raised after every part stopped
@@ -653,19 +670,6 @@ def _answer_as(sc: Any, ctx: OrcaContext) -> None:
         sc.__dict__["_orca_context"] = ctx
 
 
-def _current_auth_env() -> dict[str, str]:
-    """The auth variables this process's Ray uses now, for processes that must join it."""
-    from orca.core._ray_auth import ambient_token
-
-    try:
-        from ray._private.authentication.authentication_utils import is_token_auth_enabled
-
-        enabled = is_token_auth_enabled()
-    except ImportError:
-        enabled = False
-    return auth_env(ambient_token()) if enabled and ambient_token() else auth_env(None)
-
-
 def _runtime_snapshot(mode: str, started_here: bool) -> RayRuntime:
     import ray
 
@@ -771,8 +775,11 @@ def init_orca_context(
     Args:
         cluster_mode: ``local`` (embedded Spark ``local[cores]`` on 127.0.0.1), ``standalone``
             (give ``master="spark://host:port"``), ``yarn-client``, ``k8s-client`` (give
-            ``master`` and ``container_image``) or ``spark-submit`` (attach to the session
-            that spark-submit created).
+            ``master`` and ``container_image``), ``spark-submit`` (attach to the session
+            that spark-submit created) or ``spark-connect`` (a client of a Spark Connect server: give
+            ``remote="sc://host:15002"``, or leave it out to use the active Connect session; the
+            context then has a SparkSession but no SparkContext, and the ``spark`` launcher reads
+            DataFrames only; see docs/clusters.md).
         cores: local cores, or cores per executor on a cluster.
         memory: driver memory locally, executor memory on a cluster (``"2g"``).
         num_nodes: executors on a cluster.
@@ -856,7 +863,8 @@ def init_orca_context(
                 ctx.spark_session()
             if runtime == "ray" or init_ray_on_spark:
                 ctx.ray_runtime()
-            if ctx._spark is not None and getattr(type(ctx._spark.sparkContext), "_orca_context_face", False):
+            if ctx._spark is not None and not is_connect(ctx._spark) and \
+                    getattr(type(ctx._spark.sparkContext), "_orca_context_face", False):
                 ctx._face = ctx._spark.sparkContext
         except BaseException:
             # Leave nothing behind: stop whatever part did start, then report the failure.
@@ -948,8 +956,7 @@ def release_warm_workers() -> int:
         >>> release_warm_workers()  # no Estimator ran: nothing is warm
         0
     """
-    engine = sys.modules.get("orca.core.engine.ray_backend")
-    return engine.release_parked() if engine is not None else 0
+    return _active.release_warm_workers()
 
 
 def stop_orca_context() -> None:
@@ -976,3 +983,5 @@ def _stop_current(keep_jvm: bool) -> None:
 
 
 atexit.register(stop_orca_context)
+# the layers below this one (data, engine) reach the running context through orca.core._active
+_active.provide(active=OrcaContext.active, current=OrcaContext.current, start=init_orca_context)

@@ -34,7 +34,7 @@ from orca.core.engine.checkpoint import (
 )
 from orca.core.engine.convert import Part, check_class_indices, check_part, shard_to_part
 from orca.core.engine.errors import NotFittedError, OrcaWorkerError, check_positive_int
-from orca.core.engine.estimator import BaseEstimator
+from orca.core.engine.estimator import BaseEstimator, notify_listeners
 from orca.core.engine.feed import Batch
 from orca.core.engine.history import History
 from orca.core.engine.metrics import (
@@ -47,18 +47,20 @@ from orca.core.engine.metrics import (
     Top5Accuracy,
     make_metrics,
 )
-from orca.core.engine.runner import Collective, Rendezvous, Runner, pack, solo_runner, unpack
+from orca.core.engine.runner import Rendezvous, Runner, pack, solo_runner, unpack
 from orca.core.engine.sources import ArraySource, CreatorSource, DataFrameSource, DataSource, ShardsSource
+from orca.core.engine.tracking import MLflowLogger, hyperparameters
 from orca.core.horovod import framework_module as horovod_module
 from orca.core.horovod import join as join_horovod
 from orca.core.horovod import leave as leave_horovod
 from orca.core.horovod_install import install_hint as horovod_install_hint
+from orca.core.sync.collective import Collective
 
 __all__ = [
     "AUC", "MAE", "MSE", "Accuracy", "ArraySource", "Backend", "BaseEstimator", "Batch", "BinaryAccuracy",
     "Callback", "Collective", "CreatorSource", "DataFrameSource", "DataSource", "EarlyStopping", "EveryEpoch", "History", "Metric",
-    "ModelCheckpoint", "NotFittedError", "OrcaContext", "OrcaWorkerError", "Part", "Rendezvous", "Runner", "SeveralIteration", "ShardsSource",
+    "MLflowLogger", "ModelCheckpoint", "NotFittedError", "OrcaContext", "OrcaWorkerError", "Part", "Rendezvous", "Runner", "SeveralIteration", "ShardsSource",
     "Top5Accuracy", "Trigger", "check_class_indices", "check_part", "check_positive_int", "check_writable", "declare",
-    "get_data_source", "horovod_install_hint", "horovod_module", "is_spark_df", "join_horovod", "leave_horovod", "is_xshards", "make_metrics", "pack", "reading_model_file", "register_array_type",
+    "get_data_source", "horovod_install_hint", "hyperparameters", "horovod_module", "is_spark_df", "join_horovod", "leave_horovod", "is_xshards", "make_metrics", "notify_listeners", "pack", "reading_model_file", "register_array_type",
     "register_spark_jars", "require_model_file", "shard_to_part", "solo_runner", "unpack", "write_checkpoint", "writing_file",
 ]

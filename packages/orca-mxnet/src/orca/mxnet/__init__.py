@@ -5,7 +5,7 @@ a Gluon model data-parallel on Ray actors (the default, as in the reference) or 
 tasks, with the gradients all-reduced by Orca's parameter sync (:mod:`orca.core.sync`).
 """
 
-from orca.core.engine.callbacks import Callback, EarlyStopping, ModelCheckpoint
+from orca.core.plugin import Callback, EarlyStopping, ModelCheckpoint
 from orca.mxnet.estimator import Estimator, create_config
 from orca.mxnet.runner import KVInfo
 

@@ -140,32 +140,39 @@ def _override(compile_config: dict[str, Any], legacy: bool, optimizer: Any, metr
     return out
 
 
-def model_to_spec(model: Any, optimizer: Any = None, metrics: Any = None) -> dict[str, Any]:
+def _model_config(model: Any) -> dict[str, Any]:
+    """The model's architecture as plain data (Keras 3's serialized object, or tf_keras' config)."""
+    if is_legacy(model):
+        return {"class_name": type(model).__name__, "config": model.get_config()}
+    import keras
+
+    return keras.saving.serialize_keras_object(model)
+
+
+def model_to_spec(model: Any, optimizer: Any = None, metrics: Any = None, uncompiled: bool = False) -> dict[str, Any]:
     """A compiled model as plain data: its config and compile config (JSON) and its weights.
 
     ``from_keras(keras_model=...)`` ships this, not the model object: the workers rebuild the
     model with :func:`model_from_spec` (no pickled code travels). ``optimizer``/``metrics``
-    replace the compiled ones.
+    replace the compiled ones. ``uncompiled``: a model that is not compiled is shipped as it is
+    (rebuilt uncompiled: it predicts; a ``compile_args_creator`` compiles it for training).
     """
     import json
 
     legacy = is_legacy(model)
+    bare = uncompiled and not is_compiled(model)
     try:
-        if legacy:
-            config = {"class_name": type(model).__name__, "config": model.get_config()}
-        else:
-            import keras
-
-            config = keras.saving.serialize_keras_object(model)
-        compile_config = model.get_compile_config()
-        if compile_config is None and legacy:  # compiled with eager execution off: TF1's training_v1
+        config = _model_config(model)
+        compile_config = None if bare else model.get_compile_config()
+        if compile_config is None and legacy and not bare:  # compiled with eager execution off: TF1's training_v1
             compile_config = {"v1": _v1_compile_args(model)}
     except (AttributeError, NotImplementedError, TypeError, ValueError) as exc:
         raise ValueError(f"keras_model: the model or its compile configuration cannot be serialized ({exc}); "
                          "pass model_creator= (a function building the model on each worker) instead.") from None
-    compile_config = _override(compile_config, legacy, optimizer, metrics)
-    if compile_config is None:
-        raise ValueError("keras_model: the model reports no compile configuration; pass model_creator= instead.")
+    if not bare:
+        compile_config = _override(compile_config, legacy, optimizer, metrics)
+        if compile_config is None:
+            raise ValueError("keras_model: the model reports no compile configuration; pass model_creator= instead.")
     try:
         blob = {"model": json.dumps(config), "compile": json.dumps(compile_config)}
     except TypeError as exc:
@@ -186,6 +193,8 @@ def model_from_spec(spec: dict[str, Any], config: dict[str, Any]) -> Any:
         model = keras.saving.deserialize_keras_object(json.loads(spec["model"]))
     model.set_weights(spec["weights"])
     compile_config = json.loads(spec["compile"])
+    if compile_config is None:  # a loaded model without a compile configuration Keras can rebuild
+        return model
     if "v1" in compile_config:
         model.compile(**_v1_compile_kwargs(compile_config["v1"], legacy_keras()))
     else:

@@ -17,7 +17,7 @@ import json
 import os
 from typing import Any
 
-from orca.core.engine.runner import Rendezvous
+from orca.core.plugin import Rendezvous
 
 _JOINED: dict[str, Any] = {}
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import os
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
@@ -12,6 +13,7 @@ from orca.core.plugin import (
     Callback,
     DataSource,
     History,
+    NotFittedError,
     Runner,
     check_positive_int,
     check_writable,
@@ -99,6 +101,9 @@ class Estimator(BaseEstimator):
     ) -> Estimator:
         """Build an Estimator from a Keras model creator (TF2 style) or a compiled model (TF1 style).
 
+        With neither (as the reference allowed), the Estimator has no model until :meth:`load` reads
+        a saved one; any other call before that raises ``NotFittedError``.
+
         Args:
             model_creator: ``f(config)`` returning a compiled ``keras.Model`` (Keras 3, or tf_keras
                 for Keras 2). It runs on every worker.
@@ -139,8 +144,8 @@ class Estimator(BaseEstimator):
             TypeError: ``model_creator`` or ``compile_args_creator`` is not callable, or
                 ``keras_model`` is not a Keras model, or ``optimizer``/``metrics`` are of the other
                 Keras flavour.
-            ValueError: both or neither of ``model_creator`` and ``keras_model``; ``keras_model``
-                is not compiled or cannot be serialized.
+            ValueError: both ``model_creator`` and ``keras_model``; ``keras_model`` is not compiled or
+                cannot be serialized.
 
         Examples:
             >>> def model_creator(config):
@@ -150,15 +155,15 @@ class Estimator(BaseEstimator):
             >>> est = Estimator.from_keras(model_creator=model_creator, backend="spark")  # doctest: +SKIP
             >>> est.fit(df, epochs=2, batch_size=64, feature_cols=["x"], label_cols=["y"])  # doctest: +SKIP
         """
-        if (model_creator is None) == (keras_model is None):
-            raise ValueError("pass exactly one of model_creator= (a function f(config) returning a compiled "
-                             "keras.Model) and keras_model= (a compiled keras.Model).")
+        if model_creator is not None and keras_model is not None:
+            raise ValueError("pass one of model_creator= (a function f(config) returning a compiled "
+                             "keras.Model) and keras_model= (a compiled keras.Model), not both.")
         if keras_model is None and (optimizer is not None or metrics is not None):
             raise ValueError("optimizer= and metrics= override a keras_model='s compile settings; with "
                              "model_creator=, compile the model with them in the creator.")
         if keras_model is not None:
             model_creator = _creator_of(keras_model, optimizer, metrics)
-        if not callable(model_creator) or isinstance(model_creator, type):
+        if model_creator is not None and (not callable(model_creator) or isinstance(model_creator, type)):
             raise TypeError(f"model_creator must be a function f(config) returning a compiled keras.Model, got "
                             f"{type(model_creator).__name__}.")
         if compile_args_creator is not None and not callable(compile_args_creator):
@@ -336,6 +341,7 @@ class Estimator(BaseEstimator):
             ValueError / TypeError: bad input, named on the driver before any worker starts.
             OrcaWorkerError: a worker failed; carries its traceback.
         """
+        self._require_model()
         if not isinstance(initial_epoch, int) or initial_epoch < 0:
             raise ValueError(f"initial_epoch must be a non-negative int, got {initial_epoch!r}.")
         if not isinstance(epochs, int) or epochs <= initial_epoch:
@@ -393,6 +399,7 @@ class Estimator(BaseEstimator):
         Raises:
             ValueError: ``num_steps`` is not a positive int, or covers part of an XShards only.
         """
+        self._require_model()
         data = _with_data_config(data, data_config)
         if num_steps is not None:
             check_positive_int("num_steps", num_steps)
@@ -421,6 +428,7 @@ class Estimator(BaseEstimator):
         In a process that turned eager execution off (TF1 code: ``disable_v2_behavior()``), the
         model is a graph-mode tf_keras model, read through the Keras session as TF1 code reads one.
         """
+        self._require_model()
         import tensorflow as tf
 
         from orca.tf._keras import graph_mode_model
@@ -518,6 +526,8 @@ class Estimator(BaseEstimator):
         """
         require_model_file(filepath, os.path.exists(filepath))
         given = filepath
+        if self.spec.get("model_creator") is None:  # from_keras() without a model: the saved one becomes it
+            self._adopt_saved_model(filepath)
         template = self.get_model()
         from orca.tf._keras import is_legacy, legacy_keras, optimizer_variables
 
@@ -546,6 +556,26 @@ class Estimator(BaseEstimator):
                                   else [v.numpy() for v in variables])
         self.set_state(state)
 
+    def _adopt_saved_model(self, filepath: str) -> None:
+        """Make the model saved at ``filepath`` (architecture, weights, compile settings Keras can
+        rebuild) this Estimator's model creator, for an Estimator made without one."""
+        import tensorflow as tf
+
+        loader = tf.keras.models.load_model  # the Keras flavour the process's tf.keras is
+        with reading_model_file(filepath):
+            try:
+                loaded = loader(filepath)
+            except (ValueError, TypeError):  # Keras 3 cannot rebuild some h5 compile settings ("mse"):
+                loaded = loader(filepath, compile=False)  # the model then comes uncompiled
+        self.spec["model_creator"] = functools.partial(_keras.model_from_spec,
+                                                       _keras.model_to_spec(loaded, uncompiled=True))
+        self._driver_runner = None
+
+    def _require_model(self) -> None:
+        if self.spec.get("model_creator") is None:
+            raise NotFittedError("this Estimator has no model: pass model_creator= (or keras_model=) to "
+                                 "from_keras, or load() a saved model first.")
+
     def save_weights(self, filepath: str, overwrite: bool = True) -> str:
         """Save the weights only (Keras 3 wants a ``.weights.h5`` name). Returns ``filepath``."""
         self.get_model().save_weights(filepath, overwrite=overwrite)
@@ -562,10 +592,6 @@ class Estimator(BaseEstimator):
 def _creator_of(keras_model: Any, optimizer: Any = None, metrics: Any = None) -> Callable[[dict[str, Any]], Any]:
     """A model creator rebuilding ``keras_model`` from plain data (an importable function plus
     the model's config, compile config and weights), its optimizer or metrics replaced when given."""
-    import functools
-
-    from orca.tf import _keras
-
     if not (hasattr(keras_model, "trainable_variables") and hasattr(keras_model, "get_config")):
         raise TypeError(f"keras_model must be a compiled keras.Model (Keras 3 or tf_keras), got "
                         f"{type(keras_model).__name__}.")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import logging
 import os
 import re
@@ -21,6 +22,7 @@ from orca.core.plugin import (
     History,
     NotFittedError,
     Trigger,
+    check_positive_int,
     check_writable,
     declare,
     horovod_install_hint,
@@ -66,6 +68,12 @@ class _ProfileTimes(Callback):
         if "val_loss" in logs:  # the validation pass and the epoch's merge, after the last step
             profile["mean_validation_s"] = time.perf_counter() - self.last
         logs["profile"] = profile  # rank 0's History entry (what fit returns)
+
+
+def _worker_shares(states: Sequence[Any], workers: int) -> list[list[Any]]:
+    """``states`` (one per worker, or one per partition) cut into at most ``workers`` contiguous runs."""
+    bounds = [round(i * len(states) / workers) for i in range(workers + 1)]
+    return [list(states[a:b]) for a, b in itertools.pairwise(bounds) if b > a]
 
 
 def _eval_profile(states: Sequence[dict[str, Any]]) -> dict[str, float]:
@@ -145,8 +153,10 @@ class Estimator(BaseEstimator):
             scheduler_creator: ``f(optimizer, config)`` returning an LR scheduler, stepped per epoch.
             model_dir: where ``fit(checkpoint_trigger=...)`` writes its checkpoints
                 (``load_orca_checkpoint(model_dir)`` reads the newest).
-            sync_stats: accepted for compatibility with the reference: stats are always merged
-                over all workers (exact sums, not per-worker means), so every worker reports the same.
+            sync_stats: what ``fit(reduce_results=False)`` gives each worker: ``False`` (the default, as
+                the reference) its own ``train_loss``, ``num_samples`` and ``batch_count``; ``True`` the
+                stats merged over all workers (exact sums, not per-worker means). ``fit``'s default
+                ``reduce_results=True`` always returns the merged stats.
             use_tqdm: show a progress bar on the driver.
             seed: seeds model creation and shuffling on every worker (``None``: unseeded).
             log_level: accepted so the reference's calls run; has no effect (workers log through
@@ -225,6 +235,8 @@ class Estimator(BaseEstimator):
                 ``f(config, batch_size)`` returning one.
             callbacks: orca Callbacks (:mod:`orca.torch.callbacks`: the reference's ``before_*``/
                 ``after_*`` hooks and ``self.model`` too), at most one :class:`MainCallback` (a custom step).
+            max_steps: train this many steps in total over as many epochs as that takes, ``epochs``
+                ignored (as the reference): 40 steps of 25-step epochs run 2 epochs, the second 15 steps.
             profile: add each epoch's timings as ``stats["profile"]`` (rank 0's ``mean_train_epoch_s``,
                 ``mean_train_batch_s`` and, when it validated, ``mean_validation_s``), as the reference.
             checkpoint_trigger: ``EveryEpoch()`` or ``SeveralIteration(n)``: write a checkpoint into
@@ -246,6 +258,9 @@ class Estimator(BaseEstimator):
             cbs += self._trigger_checkpoint(checkpoint_trigger)
         if profile:
             cbs.insert(0, _ProfileTimes())
+        if max_steps is not None:  # every epoch takes at least one step: the fit stops at max_steps
+            check_positive_int("max_steps", max_steps)
+            epochs = max_steps
         history = super().fit(data, epochs=epochs, batch_size=batch_size, feature_cols=feature_cols,
                               label_cols=label_cols, validation_data=validation_data, callbacks=cbs,
                               max_steps=max_steps, shuffle=shuffle, reduce_results=reduce_results,
@@ -287,8 +302,10 @@ class Estimator(BaseEstimator):
                 ``spark`` and ``bigdl`` backends, each actor on ``ray``), as the reference.
             profile: add ``result["profile"]``: ``mean_validation_s`` (a worker's pass) and
                 ``mean_eval_fwd_s`` (its mean step), averaged over the workers.
-            reduce_results: ``False``: one result per worker (per partition on the Spark backends),
-                each over that worker's rows only, as the reference returned them.
+            reduce_results: ``False``: one result per worker, each over that worker's rows only, as the
+                reference returned them (on the Spark backends, where each partition is evaluated where
+                it lives, a worker's rows are a contiguous run of the partitions, split as evenly as
+                the partitions allow).
             callbacks: a :class:`MainCallback` runs the evaluation steps (``on_val_forward``); other
                 callbacks have no evaluation hooks in Orca (a warning says so once).
 
@@ -312,7 +329,9 @@ class Estimator(BaseEstimator):
                 out["profile"] = _eval_profile(part)
             return out
 
-        return result(states) if reduce_results else [result([s]) for s in states]
+        if reduce_results:
+            return result(states)
+        return [result(share) for share in _worker_shares(states, self.num_workers)]
 
     def predict(self, data: Any, batch_size: int = 32, feature_cols: Any = None,  # type: ignore[override]
                 output_cols: Sequence[str] | None = None, profile: bool = False,

@@ -8,8 +8,6 @@ from typing import Any
 import cloudpickle
 import fsspec
 
-from orca.core.data.shards import XShards
-
 _PICKLE_PREFIX = "part-"
 _PICKLE_SUFFIX = ".pkl"
 
@@ -136,8 +134,8 @@ def read_pickle_file(path: str) -> Any:
         return pickle.load(f)  # noqa: S301 - only behind XShards.load_pickle(allow_pickle=True)
 
 
-def load_pickle(path: str, backend: str) -> XShards:
-    """Load a directory written by ``save_pickle``: one shard per file, read where they land."""
+def pickle_files(path: str) -> list[str]:
+    """The shard files of a directory written by ``save_pickle`` (one shard per file)."""
     files = [
         f
         for f in list_files(path, what="pickle")
@@ -145,11 +143,11 @@ def load_pickle(path: str, backend: str) -> XShards:
     ]
     if not files:
         raise FileNotFoundError(f"No pickle shard files (part-*.pkl) found at {path!r}")
-    return _read_shards(files, read_pickle_file, backend)
+    return files
 
 
-def load_safe(path: str, backend: str) -> XShards:
-    """Load a directory written by ``XShards.save``: one shard per file, read where they land."""
+def safe_files(path: str) -> list[str]:
+    """The shard files of a directory written by ``XShards.save`` (one shard per file)."""
     files = [
         f
         for f in list_files(path, what="shard")
@@ -160,19 +158,4 @@ def load_safe(path: str, backend: str) -> XShards:
         raise FileNotFoundError(f"No shard files (part-*.parquet / part-*.npz) found at {path!r}"
                                 + ("; it holds pickles from save_pickle: read them with XShards.load_pickle"
                                    if pickles else ""))
-    return _read_shards(files, read_safe_file, backend)
-
-
-def _read_shards(files: list[str], read: Any, backend: str) -> XShards:
-    if backend == "spark":
-        from orca.core.data._spark import SparkXShards, spark_context
-
-        rdd = spark_context().parallelize(files, len(files)).map(read)
-        return SparkXShards(rdd)
-    if backend == "ray":
-        from orca.core.data._ray import RayXShards, remote
-
-        return RayXShards([remote(read).remote(f) for f in files])
-    from orca.core.data._local import LocalXShards
-
-    return LocalXShards([read(f) for f in files])
+    return files

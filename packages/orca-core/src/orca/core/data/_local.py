@@ -6,6 +6,7 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from orca.core.data import _structure as st
+from orca.core.data._files import write_partition
 from orca.core.data.shards import XShards
 
 if TYPE_CHECKING:
@@ -13,7 +14,7 @@ if TYPE_CHECKING:
     from orca.core.data._spark import SparkXShards
 
 
-class LocalXShards(XShards):
+class LocalXShards(XShards, form="local"):
     """An in-process list of shards, one per partition.
 
     Attributes:
@@ -22,6 +23,14 @@ class LocalXShards(XShards):
 
     def __init__(self, shards: Sequence[Any]) -> None:
         self.shards = list(shards)
+
+    @classmethod
+    def _from_shards(cls, shards: list[Any]) -> LocalXShards:
+        return cls(shards)
+
+    @classmethod
+    def _build(cls, fn: Callable[[Any], Any], items: list[Any]) -> LocalXShards:
+        return cls([fn(item) for item in items])
 
     def transform_shard(self, fn: Callable[..., Any], *args: Any) -> LocalXShards:
         """Apply ``fn(shard, *args)`` to every shard (eagerly)."""
@@ -95,8 +104,6 @@ class LocalXShards(XShards):
         return fn(self.shards[0])
 
     def _write_shards(self, path: str, safe: bool = False) -> None:
-        from orca.core.data._files import write_partition
-
         for i, shard in enumerate(self.shards):
             write_partition(path, i, [shard], safe)
 

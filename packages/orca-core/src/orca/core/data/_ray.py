@@ -20,8 +20,12 @@ import weakref
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
+from orca.core import _active
+from orca.core._ray_auth import MODE_VAR, TOKEN_VAR, current_auth_env, refresh_ray_auth_cache
+from orca.core._ray_node import executor_key
 from orca.core.data import _structure as st
-from orca.core.data.shards import XShards
+from orca.core.data._files import write_partition
+from orca.core.data.shards import XShards, form_class, spark_context
 
 if TYPE_CHECKING:
     from orca.core.data._local import LocalXShards
@@ -34,14 +38,12 @@ _holder: dict[str, Any] = {}  # gcs address -> {"name", "handle"}
 
 def ensure_ray() -> Any:
     """Return the ``ray`` module, connected through the active Orca context (or a new one)."""
-    from orca.core.context import OrcaContext, init_orca_context
-
-    ctx = OrcaContext.active()
+    ctx = _active.active()
     if ctx is None:
         import ray
 
         if not ray.is_initialized():
-            init_orca_context(runtime="ray").ray_runtime()
+            _active.start(runtime="ray").ray_runtime()
     else:
         ctx.ray_runtime()
     import ray
@@ -59,10 +61,8 @@ def _remote_cached(fn: Callable[..., Any]) -> Any:
 def remote(fn: Callable[..., Any]) -> Any:
     """``ray.remote`` version of a module-level function (cached). Its tasks need CPUs that warm
     workers of an Estimator shut down may hold: those end first (``release_warm_workers``)."""
-    from orca.core.context import release_warm_workers
-
     ensure_ray()
-    release_warm_workers()
+    _active.release_warm_workers()
     return _remote_cached(fn)
 
 
@@ -79,12 +79,10 @@ def _pair(a: Any, b: Any) -> tuple[Any, Any]:
 
 
 def _write(shard: Any, path: str, index: int, safe: bool = False) -> int:
-    from orca.core.data._files import write_partition
-
     return write_partition(path, index, [shard], safe)
 
 
-class RayXShards(XShards):
+class RayXShards(XShards, form="ray"):
     """Shards held in Ray's object store, one ObjectRef per shard (and per partition).
 
     Attributes:
@@ -93,6 +91,22 @@ class RayXShards(XShards):
 
     def __init__(self, refs: list[Any]) -> None:
         self.refs = list(refs)
+
+    @classmethod
+    def _from_shards(cls, shards: list[Any]) -> RayXShards:
+        ray = ensure_ray()
+        return cls([ray.put(s) for s in shards])
+
+    @classmethod
+    def _build(cls, fn: Callable[[Any], Any], items: list[Any]) -> RayXShards:
+        task = remote(fn)
+        return cls([task.remote(item) for item in items])
+
+    @staticmethod
+    def from_rdd(rdd: Any) -> RayXShards:
+        """Put each element of a Spark ``rdd`` into Ray from its Spark task; only the refs reach the
+        driver (:meth:`SparkXShards.to_ray <orca.core.data.SparkXShards.to_ray>`)."""
+        return spark_rdd_to_ray(rdd)
 
     def transform_shard(self, fn: Callable[..., Any], *args: Any) -> RayXShards:
         """Apply ``fn(shard, *args)`` to every shard in Ray tasks (asynchronously)."""
@@ -156,9 +170,7 @@ class RayXShards(XShards):
 
     def to_local(self) -> LocalXShards:
         """Fetch every shard into this process."""
-        from orca.core.data._local import LocalXShards
-
-        return LocalXShards(self.collect())
+        return form_class("local")(self.collect())
 
     def to_ray(self) -> RayXShards:
         """Return ``self``."""
@@ -168,12 +180,10 @@ class RayXShards(XShards):
         """Move shards into an RDD: each Spark task fetches its shard from Ray itself."""
         import ray.cloudpickle as rpickle
 
-        from orca.core.data._spark import SparkXShards, spark_context
-
         join = ray_join()
         blobs = [rpickle.dumps(ref) for ref in self.refs]
         rdd = spark_context().parallelize(blobs, max(1, len(blobs)))
-        return SparkXShards(rdd.mapPartitions(lambda it: _fetch_in_spark_task(join, it)))
+        return form_class("spark")(rdd.mapPartitions(lambda it: _fetch_in_spark_task(join, it)))
 
     def _first_map(self, fn: Callable[[Any], Any]) -> Any:
         if not self.refs:
@@ -188,10 +198,8 @@ class RayXShards(XShards):
 
 # ---------------------------------------------------------------------- Spark <-> Ray
 def _ray_address() -> str:
-    from orca.core.context import OrcaContext
-
     ensure_ray()
-    ctx = OrcaContext.active()
+    ctx = _active.active()
     if ctx is not None:
         return ctx.ray_runtime().address
     import ray
@@ -201,18 +209,14 @@ def _ray_address() -> str:
 
 def ray_join() -> tuple[str, dict[str, str]]:
     """``(GCS address, auth environment)`` a Spark task needs to join this process's Ray."""
-    from orca.core.context import OrcaContext, _current_auth_env
-
     address = _ray_address()
-    ctx = OrcaContext.active()
-    return address, (ctx.ray_join_env() if ctx is not None else _current_auth_env())
+    ctx = _active.active()
+    return address, (ctx.ray_join_env() if ctx is not None else current_auth_env())
 
 
 def _connect_ray_in_task(address: str, auth: dict[str, str]) -> Any:
     """Join the Ray cluster at ``address`` from a Spark Python worker (once per worker), with the
     driver's Ray auth settings (``auth``: the worker was forked before the driver's Ray started)."""
-    from orca.core._ray_auth import MODE_VAR, TOKEN_VAR, refresh_ray_auth_cache
-
     if any(os.environ.get(k) != auth.get(k) for k in (MODE_VAR, TOKEN_VAR)):
         os.environ.pop(TOKEN_VAR, None)
         os.environ.update(auth)
@@ -340,9 +344,7 @@ def holder_names() -> dict[str, str]:
 
 def _executor_nodes() -> dict[str, str]:
     """Executor key -> Ray node id of the nodes Ray-on-Spark runs (empty in other modes)."""
-    from orca.core.context import OrcaContext
-
-    ctx = OrcaContext.active()
+    ctx = _active.active()
     cluster = getattr(ctx, "_ray_on_spark", None) if ctx is not None else None
     return dict(cluster.nodes) if cluster is not None else {}
 
@@ -351,8 +353,6 @@ def local_holder(names: dict[str, str]) -> str:
     """In a Spark task: the holder on this executor's Ray node, or the default one."""
     if len(names) == 1:
         return names[""]
-    from orca.core._ray_node import executor_key
-
     return names.get(executor_key(), names[""])
 
 
@@ -392,9 +392,7 @@ def _register_cleanup() -> None:
     Ray also kills it when this driver disconnects (``stop_orca_context`` shuts Ray down),
     since the holder is not detached.
     """
-    from orca.core.context import OrcaContext
-
-    ctx = OrcaContext.active()
+    ctx = _active.active()
     if ctx is not None:
         weakref.finalize(ctx, release_holder)
     if not _cleanup_registered:

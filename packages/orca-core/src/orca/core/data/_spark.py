@@ -6,21 +6,15 @@ from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
 from orca.core.data import _structure as st
-from orca.core.data.shards import XShards
+from orca.core.data._files import write_partition
+from orca.core.data.shards import XShards, form_class, spark_context
 
 if TYPE_CHECKING:
     from orca.core.data._local import LocalXShards
     from orca.core.data._ray import RayXShards
 
 
-def spark_context() -> Any:
-    """The SparkContext of the active Orca context (starting one if none is active)."""
-    from orca.core.context import OrcaContext
-
-    return OrcaContext.current().spark_session().sparkContext
-
-
-class SparkXShards(XShards):
+class SparkXShards(XShards, form="spark"):
     """Shards held as the elements of a Spark RDD.
 
     Attributes:
@@ -29,6 +23,14 @@ class SparkXShards(XShards):
 
     def __init__(self, rdd: Any) -> None:
         self.rdd = rdd
+
+    @classmethod
+    def _from_shards(cls, shards: list[Any]) -> SparkXShards:
+        return cls(spark_context().parallelize(shards, max(1, len(shards))))
+
+    @classmethod
+    def _build(cls, fn: Callable[[Any], Any], items: list[Any]) -> SparkXShards:
+        return cls(spark_context().parallelize(items, len(items)).map(fn))
 
     def transform_shard(self, fn: Callable[..., Any], *args: Any) -> SparkXShards:
         """Apply ``fn(shard, *args)`` to every shard, lazily (a Spark ``map``)."""
@@ -104,15 +106,11 @@ class SparkXShards(XShards):
 
     def to_local(self) -> LocalXShards:
         """Collect every shard into this process."""
-        from orca.core.data._local import LocalXShards
-
-        return LocalXShards(self.collect())
+        return form_class("local")(self.collect())
 
     def to_ray(self) -> RayXShards:
         """Put each shard into Ray from the Spark task holding it; only refs reach the driver."""
-        from orca.core.data._ray import spark_rdd_to_ray
-
-        return spark_rdd_to_ray(self.rdd)
+        return form_class("ray").from_rdd(self.rdd)
 
     def to_spark(self) -> SparkXShards:
         """Return ``self``."""
@@ -125,8 +123,6 @@ class SparkXShards(XShards):
         return out[0]
 
     def _write_shards(self, path: str, safe: bool = False) -> None:
-        from orca.core.data._files import write_partition
-
         self.rdd.mapPartitionsWithIndex(lambda i, it: [write_partition(path, i, list(it), safe)]).collect()
 
 

@@ -13,6 +13,7 @@ import abc
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
+from orca.core import _active
 from orca.core.data import _structure as st
 
 if TYPE_CHECKING:
@@ -21,6 +22,19 @@ if TYPE_CHECKING:
     from orca.core.data._spark import SparkXShards
 
 BACKENDS = ("spark", "ray", "local")
+#: the XShards forms by name: each form's class registers itself (``class SparkXShards(XShards,
+#: form="spark")``), so this base and the forms, each of which knows only itself, never import one another
+_FORMS: dict[str, type[XShards]] = {}
+
+
+def form_class(name: str) -> Any:
+    """The XShards class of the form ``name`` (``"spark"``, ``"ray"`` or ``"local"``)."""
+    return _FORMS[name]
+
+
+def spark_context() -> Any:
+    """The SparkContext of the active Orca context (starting one if none is active)."""
+    return _active.current().spark_session().sparkContext
 
 
 def resolve_backend(backend: str | None) -> str:
@@ -33,9 +47,7 @@ def resolve_backend(backend: str | None) -> str:
         if backend not in BACKENDS:
             raise ValueError(f"backend={backend!r} is not supported; use one of {BACKENDS} or None.")
         return backend
-    from orca.core.context import OrcaContext
-
-    ctx = OrcaContext.active()
+    ctx = _active.active()
     if ctx is None:
         return "local"
     if ctx.has_spark:
@@ -48,8 +60,6 @@ def resolve_backend(backend: str | None) -> str:
 def default_num_shards(backend: str) -> int:
     """Spark's default parallelism for Spark-backed shards, else 2."""
     if backend == "spark":
-        from orca.core.data._spark import spark_context
-
         return max(1, int(spark_context().defaultParallelism))
     return 2
 
@@ -62,6 +72,11 @@ class XShards(abc.ABC):
         >>> shards.transform_shard(lambda d: {**d, "x": d["x"] * 2}).collect()[0]["x"].shape  # doctest: +SKIP
         (5, 3)
     """
+
+    def __init_subclass__(cls, form: str | None = None, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if form is not None:
+            _FORMS[form] = cls
 
     # ------------------------------------------------------------------ constructors
     @staticmethod
@@ -102,28 +117,12 @@ class XShards(abc.ABC):
         Returns:
             An XShards holding exactly these shards, in order.
         """
-        form = resolve_backend(backend)
-        shards = list(shards)
-        if form == "spark":
-            from orca.core.data._spark import SparkXShards, spark_context
-
-            sc = spark_context()
-            return SparkXShards(sc.parallelize(shards, max(1, len(shards))))
-        if form == "ray":
-            from orca.core.data._ray import RayXShards, ensure_ray
-
-            ray = ensure_ray()
-            return RayXShards([ray.put(s) for s in shards])
-        from orca.core.data._local import LocalXShards
-
-        return LocalXShards(shards)
+        return form_class(resolve_backend(backend))._from_shards(list(shards))
 
     @staticmethod
     def from_ray_refs(refs: Sequence[Any]) -> RayXShards:
         """Wrap Ray ObjectRefs, one shard each."""
-        from orca.core.data._ray import RayXShards
-
-        return RayXShards(list(refs))
+        return form_class("ray")(list(refs))
 
     @staticmethod
     def from_spark_df(df: Any, num_shards: int | None = None) -> SparkXShards:
@@ -140,11 +139,10 @@ class XShards(abc.ABC):
             DataFrame's columns).
         """
         from orca.core.data._arrow import spark_df_to_pandas_rdd
-        from orca.core.data._spark import SparkXShards
 
         if num_shards is not None and num_shards != df.rdd.getNumPartitions():
             df = df.repartition(int(num_shards))
-        return SparkXShards(spark_df_to_pandas_rdd(df))
+        return form_class("spark")(spark_df_to_pandas_rdd(df))
 
     @staticmethod
     def load_pickle(path: str, backend: str | None = None, *, allow_pickle: bool = False) -> XShards:
@@ -169,9 +167,9 @@ class XShards(abc.ABC):
             raise ValueError(f"XShards.load_pickle({path!r}) unpickles the files, which runs any code they hold; "
                              "pass allow_pickle=True if you trust them (you or this job wrote them, and no one "
                              "else can write there), or store shards as Parquet instead.")
-        from orca.core.data._files import load_pickle
+        from orca.core.data._files import pickle_files, read_pickle_file
 
-        return load_pickle(path, resolve_backend(backend))
+        return form_class(resolve_backend(backend))._build(read_pickle_file, pickle_files(path))
 
     # ------------------------------------------------------------------ per-form operations
     @abc.abstractmethod
@@ -327,9 +325,21 @@ class XShards(abc.ABC):
             FileNotFoundError: ``path`` does not exist or holds no shard files (when it holds
                 :meth:`save_pickle`'s pickles, the message says to use :meth:`load_pickle`).
         """
-        from orca.core.data._files import load_safe
+        from orca.core.data._files import read_safe_file, safe_files
 
-        return load_safe(path, resolve_backend(backend))
+        return form_class(resolve_backend(backend))._build(read_safe_file, safe_files(path))
+
+    # ------------------------------------------------------------------ what each form gives
+    @classmethod
+    @abc.abstractmethod
+    def _from_shards(cls, shards: list[Any]) -> XShards:
+        """This form holding ``shards`` (made in this process), one per partition."""
+
+    @classmethod
+    @abc.abstractmethod
+    def _build(cls, fn: Callable[[Any], Any], items: list[Any]) -> XShards:
+        """This form with shard ``i`` = ``fn(items[i])``, computed where it keeps its shards (``fn``: a
+        module-level function, e.g. a file reader; it travels to the executors or Ray workers)."""
 
     def _check_zip(self, other: XShards) -> None:
         if not isinstance(other, XShards):

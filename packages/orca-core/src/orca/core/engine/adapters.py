@@ -115,22 +115,6 @@ def spark_column_check(
                 )
 
 
-def spark_select(df: Any, cols: Sequence[str]) -> Any:
-    """Select ``cols``, turning ml Vector columns into arrays (Arrow cannot carry Vectors)."""
-    from pyspark.sql import functions as F
-
-    fields = {f.name: f for f in df.schema.fields}
-    exprs = []
-    for name in dict.fromkeys(cols):
-        if type(fields[name].dataType).__name__ == "VectorUDT":
-            from pyspark.ml.functions import vector_to_array
-
-            exprs.append(vector_to_array(F.col(name)).alias(name))
-        else:
-            exprs.append(F.col(name))
-    return df.select(*exprs)
-
-
 def get_data_source(
     data: Any,
     *,

@@ -63,6 +63,8 @@ def arrow_column_to_numpy(col: pa.Array | pa.ChunkedArray, name: str) -> np.ndar
             raise ValueError(f"column {name!r} has null elements inside its arrays.")
     if pa.types.is_string(arr.type) or pa.types.is_large_string(arr.type):
         values = np.asarray(arr.to_pylist(), dtype=object)
+    elif pa.types.is_decimal(arr.type):  # a Spark DecimalType column: float64, as the reference's conversion gave
+        values = arr.cast(pa.float64(), safe=False).to_numpy(zero_copy_only=False)
     else:
         values = arr.to_numpy(zero_copy_only=False)
     return values.reshape(shape)
@@ -239,3 +241,19 @@ def check_part(part: Part, need_labels: bool, where: str) -> None:
                 )
     if need_labels:
         check_finite(part, where)
+
+
+def spark_select(df: Any, cols: Sequence[str]) -> Any:
+    """Select ``cols``, turning ml Vector columns into arrays (Arrow cannot carry Vectors)."""
+    from pyspark.sql import functions as F
+
+    fields = {f.name: f for f in df.schema.fields}
+    exprs = []
+    for name in dict.fromkeys(cols):
+        if type(fields[name].dataType).__name__ == "VectorUDT":
+            from pyspark.ml.functions import vector_to_array
+
+            exprs.append(vector_to_array(F.col(name)).alias(name))
+        else:
+            exprs.append(F.col(name))
+    return df.select(*exprs)

@@ -18,6 +18,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
+from orca.core import _active
 from orca.core.engine.backend import Backend, resolve_backend
 from orca.core.engine.callbacks import Callback, latest_checkpoint
 from orca.core.engine.errors import OrcaWorkerError, WorkerLostError, check_positive_int
@@ -52,7 +53,9 @@ class BaseEstimator:
         workers_per_node: workers on each node.
         metrics: metric spec (see :func:`orca.core.engine.metrics.make_metrics`).
         model_dir: where checkpoints go by default.
-        sync_stats: report the merged stats for every worker (``reduce_results=False``).
+        sync_stats: with ``fit(reduce_results=False)``, report the merged stats for every worker;
+            ``False`` (the default, as the reference): each worker's own ``train_loss``,
+            ``num_samples`` and ``batch_count`` (the validation stats are merged either way).
         use_tqdm: show a progress bar on the driver.
 
     Raises:
@@ -106,9 +109,7 @@ class BaseEstimator:
         return self._backend.launcher
 
     def _ctx(self) -> Any:
-        from orca.core.context import OrcaContext
-
-        return OrcaContext.current()
+        return _active.current()
 
     def _size(self) -> tuple[int, int]:
         return self._backend.group_cls().size(self._ctx(), self.workers_per_node)
@@ -199,7 +200,8 @@ class BaseEstimator:
                 in the permutation's order: the in-memory fit's batches, slower), ``"window"`` by
                 windows always (chunks in a random order, rows shuffled within a window of
                 chunks), ``False`` not at all.
-            reduce_results: ``False`` returns per-worker stats (identical here: stats are merged).
+            reduce_results: ``False`` returns a list of per-worker stats for each epoch: each
+                worker's own training stats, or the merged ones with the Estimator's ``sync_stats``.
             validation_freq: validate only after epochs whose (1-based) number is a multiple of
                 this; the other epochs skip the validation pass on every rank.
             steps_per_epoch: batches per epoch of a data creator's loader (default: all of it).
@@ -282,10 +284,12 @@ class BaseEstimator:
             self._notify({"event": "fit_failed", "error": f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"})
             raise
         self._resume_meta = {}  # resumed: the next fit is a fit of its own
+        ranks = [h.pop("_ranks", None) for h in history]
         if self.fit_listeners:
             self._notify({"event": "fit_end", "history": [dict(h) for h in history], "restarts": list(restarts)})
-        if not reduce_results:
-            return History([[dict(h) for _ in range(self.num_workers)] for h in history])
+        if not reduce_results:  # sync_stats: the merged stats for every worker; else each worker's own training stats
+            return History([[{**h, **(own[w] if own and len(own) == self.num_workers and not self.sync_stats else {})}
+                             for w in range(self.num_workers)] for h, own in zip(history, ranks, strict=True)])
         out = History(history)
         out.restarts = restarts
         return out
@@ -596,9 +600,7 @@ class BaseEstimator:
     def _group_in_live_context(self) -> bool:
         """Whether the workers' context is still the running one (a stopped context took its
         workers with it; touching them would start a fresh Ray or Spark)."""
-        from orca.core.context import OrcaContext
-
-        active = OrcaContext.active()
+        active = _active.active()
         if active is not None and active.context_id == self._group_context:
             return True
         self._group = None

@@ -24,6 +24,7 @@ from typing import Any
 
 import numpy as np
 
+from orca.core._net import UNREACHABLE_FIX
 from orca.core.engine.errors import OrcaWorkerError, check_workers_fit
 from orca.core.engine.feed import Batch, Feed, Rows
 from orca.core.engine.liveness import Liveness, beat
@@ -217,6 +218,17 @@ def is_consequence(error: str) -> bool:
     return error.startswith(_CONSEQUENCES[:2]) or any(m in error for m in _CONSEQUENCES[2:])
 
 
+#: how a worker's error reads when it could not connect to a peer (gloo, orca.core.sync, sockets)
+_UNREACHABLE = ("Connection refused", "No route to host", "Network is unreachable", "connectFullMesh",
+                "could not connect to")
+
+
+def unreachable_hint(error: str) -> str:
+    """What to check (addresses, ``driver_host=``, a firewall), after a worker's ``error`` that says it
+    could not connect to a peer; ``""`` for any other error."""
+    return f" {UNREACHABLE_FIX}" if any(m in error for m in _UNREACHABLE) else ""
+
+
 def raise_worker_errors(results: Sequence[dict[str, Any]], what: str) -> None:
     """Raise the first real failure among per-worker results as one :class:`OrcaWorkerError`.
 
@@ -227,7 +239,8 @@ def raise_worker_errors(results: Sequence[dict[str, Any]], what: str) -> None:
         return
     first = min(errors, key=lambda r: (is_consequence(str(r["error"])),
                                        r.get("rank") if r.get("rank") is not None else 1 << 30))
-    raise OrcaWorkerError(f"{describe_worker(first)} failed during {what}: {first['error']}",
+    raise OrcaWorkerError(f"{describe_worker(first)} failed during {what}: {first['error']}"
+                          f"{unreachable_hint(str(first['error']))}",
                           rank=first.get("rank"), worker_traceback=first.get("traceback", ""))
 
 

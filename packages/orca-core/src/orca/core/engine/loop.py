@@ -20,7 +20,8 @@ from orca.core.engine.callbacks import Callback
 from orca.core.engine.feed import Rows, steps_per_epoch
 from orca.core.engine.liveness import beat
 from orca.core.engine.metrics import Mean, Metric, make_metrics, merge_states
-from orca.core.engine.runner import Collective, Runner, SoloCollective
+from orca.core.engine.runner import Runner
+from orca.core.sync.collective import Collective, SoloCollective
 
 
 @dataclass
@@ -228,6 +229,7 @@ def _fit_epochs(runner: Runner, feed: Rows | None, val_feed: Rows | None, counts
     runner.stop_training = False
     metrics = make_metrics(args.metrics)
     history: list[dict[str, Any]] = []
+    ranks: list[list[dict[str, Any]]] = []  # each epoch's per-rank training stats
     local_bs = max(1, args.batch_size // runner.world)
     callbacks.on_train_begin()
     steps_done = 0
@@ -295,6 +297,7 @@ def _fit_epochs(runner: Runner, feed: Rows | None, val_feed: Rows | None, counts
             "loss": train.result(),
             "epoch_time_s": time.perf_counter() - t0,
         }
+        ranks.append([_rank_stats(g) for g in gathered])
         if args.skip_non_finite_steps:  # the same steps on every rank (the decision is the reduced gradient's)
             stats["skipped_steps"] = int(max(g["skipped"] for g in gathered))
         if local["own"] is not None:
@@ -311,7 +314,19 @@ def _fit_epochs(runner: Runner, feed: Rows | None, val_feed: Rows | None, counts
         if runner.stop_training or (args.max_steps is not None and steps_done >= args.max_steps):
             break
     callbacks.on_train_end(history[-1] if history else {})
+    # each rank's own training stats, for fit(reduce_results=False) without sync_stats (the Estimator
+    # pops them; callbacks never see them)
+    for stats, own in zip(history, ranks, strict=True):
+        stats["_ranks"] = own
     return history
+
+
+def _rank_stats(local: dict[str, Any]) -> dict[str, Any]:
+    """One rank's own training stats of an epoch (``batch_count``, ``num_samples``, ``train_loss``)."""
+    own = Mean()
+    own.merge(local["train"])
+    return {"batch_count": int(local["steps"]), "num_samples": int(own.state["count"]),
+            "train_loss": own.result(), "loss": own.result()}
 
 
 def run_predict(runner: Runner, feed: Rows, batch_size: int) -> list[np.ndarray]:

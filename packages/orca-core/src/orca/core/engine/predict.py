@@ -11,9 +11,9 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from orca.core.engine.adapters import spark_select
 from orca.core.engine.addrspace import economize
-from orca.core.engine.convert import shard_to_part, table_to_part
+from orca.core.engine.connect import is_connect, launch_context
+from orca.core.engine.convert import shard_to_part, spark_select, table_to_part
 from orca.core.engine.feed import Feed
 from orca.core.engine.loop import run_predict
 from orca.core.engine.runner import solo_runner
@@ -97,12 +97,15 @@ def predict_dataframe(runner_cls: Any, spec: dict[str, Any], state: Any, df: Any
     import pyarrow as pa
     from pyspark.sql import SparkSession
 
-    spark = SparkSession.getActiveSession() or df.sparkSession
-    bc = broadcast_runner(spark.sparkContext, runner_cls, spec, state, threads)
+    spark = df.sparkSession if is_connect(df) else SparkSession.getActiveSession() or df.sparkSession
+    bc = broadcast_runner(launch_context(spark), runner_cls, spec, state, threads)
     try:
         key = (bc.value[0], tuple((c, df.schema[c].dataType.simpleString()) for c in feature_cols))
         n_outputs, squeeze, types = _probe_outputs(runner_cls, spec, state, df, feature_cols, key)
-        names = output_names(n_outputs, output_cols)
+        # several outputs, no output_cols: one ``prediction`` column of each row's outputs, as the reference
+        joined = _joined_type(squeeze, types) if output_cols is None and n_outputs > 1 else None
+        names = ["prediction"] if joined is not None else output_names(n_outputs, output_cols)
+        col_types = [joined] if joined is not None else types
         clash = [n for n in names if n in df.columns]
         if clash:
             raise ValueError(f"predict: output column(s) {clash} already exist in the DataFrame; "
@@ -113,8 +116,10 @@ def predict_dataframe(runner_cls: Any, spec: dict[str, Any], state: Any, df: Any
 
     def predict_batch(rb: pa.RecordBatch, cols: list[str]) -> list[Any]:
         if rb.num_rows == 0:
-            return [pa.array([], type=typ) for typ in types]
+            return [pa.array([], type=typ) for typ in col_types]
         outs = run_predict(cached_runner(bc), Feed(table_to_part(rb, cols, [])["x"]), batch_size)
+        if joined is not None:
+            return [_joined_column(outs, joined)]
         return [_arrow_column(arr[:, 0] if sq else arr, typ)
                 for arr, typ, sq in zip(outs, types, squeeze, strict=True)]
 
@@ -124,7 +129,7 @@ def predict_dataframe(runner_cls: Any, spec: dict[str, Any], state: Any, df: Any
         except ImportError:
             pass
         else:
-            return _predict_with_arrow_udf(df, feature_cols, names[0], types[0], predict_batch, arrow_udf,
+            return _predict_with_arrow_udf(df, feature_cols, names[0], col_types[0], predict_batch, arrow_udf,
                                            ArrowUDFType.SCALAR_ITER)
     # Several outputs, or Spark < 4.1: every column goes through Python and back. ml Vector
     # columns cannot cross Arrow, so only they get an array copy; other columns are read as
@@ -132,7 +137,7 @@ def predict_dataframe(runner_cls: Any, spec: dict[str, Any], state: Any, df: Any
     tmp = [f"__orca_x{i}" if _is_vector(df, c) else c for i, c in enumerate(feature_cols)]
     copies = [_as_array(df, c).alias(t) for c, t in zip(feature_cols, tmp, strict=True) if t != c]
     inner = df.select("*", *copies) if copies else df
-    out_schema = _to_spark_schema(df, names, types)
+    out_schema = _to_spark_schema(df, names, col_types)
     keep = list(df.columns)
 
     def task(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
@@ -144,6 +149,37 @@ def predict_dataframe(runner_cls: Any, spec: dict[str, Any], state: Any, df: Any
             yield pa.RecordBatch.from_arrays(cols + predict_batch(rb, tmp), names=keep + names)
 
     return inner.mapInArrow(task, out_schema)
+
+
+def _joined_type(squeeze: list[bool], types: list[Any]) -> Any:
+    """The Arrow type of one column holding every output of a row (``list<list<T>>``: output ``i``
+    is the row's ``(k_i,)`` vector, as the reference's list of vectors), or None when an output
+    has more than one dimension per row (those keep a column each: ``prediction_<i>``)."""
+    import pyarrow as pa
+
+    values = []
+    for sq, typ in zip(squeeze, types, strict=True):
+        if sq:
+            values.append(typ)
+        elif pa.types.is_list(typ) and not pa.types.is_nested(typ.value_type):
+            values.append(typ.value_type)
+        else:
+            return None
+    common = np.result_type(*[t.to_pandas_dtype() for t in values])
+    return pa.list_(pa.list_(pa.from_numpy_dtype(common)))
+
+
+def _joined_column(outs: list[np.ndarray], typ: Any) -> Any:
+    """Row ``r`` of the result: ``[outs[0][r], outs[1][r], ...]``, each output a ``(n, k_i)`` array."""
+    import pyarrow as pa
+
+    dtype = typ.value_type.value_type.to_pandas_dtype()
+    n, widths = len(outs[0]), [int(np.prod(o.shape[1:])) for o in outs]
+    flat = np.concatenate([o.reshape(n, -1).astype(dtype, copy=False) for o in outs], axis=1).reshape(-1)
+    inner = np.concatenate([[0], np.cumsum(np.tile(widths, n))]).astype(np.int32)
+    vectors = pa.ListArray.from_arrays(pa.array(inner), pa.array(flat, type=typ.value_type.value_type))
+    rows = pa.ListArray.from_arrays(pa.array(np.arange(0, n * len(outs) + 1, len(outs), dtype=np.int32)), vectors)
+    return rows.cast(typ)
 
 
 def _predict_with_arrow_udf(df: Any, feature_cols: list[str], name: str, typ: Any, predict_batch: Any,

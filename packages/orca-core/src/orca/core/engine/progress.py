@@ -24,6 +24,8 @@ import threading
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
+from orca.core._connect import CONNECT_MODE, connect_client_host
+
 if TYPE_CHECKING:
     from orca.core.engine.liveness import Liveness
 
@@ -174,6 +176,10 @@ class ProgressServer:
         if event.get("event") == "beat":
             if self.liveness is not None:
                 self.liveness.seen(event.get("rank"), event)  # type: ignore[arg-type]
+            return
+        if event.get("event") == "failed":  # a worker's failure, ahead of its launcher's result
+            if self.liveness is not None:
+                self.liveness.failed(event.get("rank"), event)  # type: ignore[arg-type]
             return
         with self._lock:
             self.events.append(event)
@@ -330,11 +336,13 @@ def gather(endpoint: tuple[str, int, str], rank: int, world: int, key: str, valu
 
 def driver_host() -> str:
     """The address workers use to reach this driver."""
-    from orca.core.context import OrcaContext
+    from orca.core import _active
 
-    ctx = OrcaContext.current()
+    ctx = _active.current()
     if ctx.cluster_mode == "local" and not ctx.address:
         return "127.0.0.1"
+    if ctx.cluster_mode == CONNECT_MODE:
+        return connect_client_host(ctx.extra.get("driver_host"), ctx.extra.get("remote"))
     if ctx.has_spark:
         host = ctx.spark_session().sparkContext.getConf().get("spark.driver.host")
         if host:

@@ -36,7 +36,8 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from orca.core._net import find_free_ports
+from orca.core import _active
+from orca.core._net import UNREACHABLE_FIX, find_free_ports, machine_id
 from orca.core.engine.errors import OrcaWorkerError, WorkerLostError, check_workers_fit
 from orca.core.engine.feed import Feed, Rows, Slice, cut_part
 from orca.core.engine.group import (
@@ -51,6 +52,7 @@ from orca.core.engine.group import (
     fit_result,
     is_consequence,
     predict_on_worker,
+    unreachable_hint,
 )
 from orca.core.engine.liveness import Liveness, backstop_s, beat, beating
 from orca.core.engine.locality import Placement, local_first_slices, plan_actor_nodes
@@ -108,12 +110,13 @@ class _Worker:
         self.rank: int | None = None
         self.timeout_s = 600.0
 
-    def address(self) -> tuple[str, int, int]:
-        """This worker's host, a port for the framework's cluster spec, and one for orca.core.sync."""
+    def address(self) -> tuple[str, int, int, str, str]:
+        """This worker's host, a port for the framework's cluster spec, one for orca.core.sync, its
+        :func:`~orca.core._net.machine_id`, and its Ray node's id."""
         ray = _ray()
         host = ray.util.get_node_ip_address()
         port, sync_port = find_free_ports(2, host)
-        return host, port, sync_port
+        return host, port, sync_port, machine_id(), ray.get_runtime_context().get_node_id()
 
     def _run(self, fn: Any, *args: Any) -> Any:
         try:
@@ -425,6 +428,11 @@ def release_parked() -> int:
     return _PARKING.release()
 
 
+# the context's stop and data's Ray tasks (layers that cannot import this one) end the parked
+# actors through orca.core._active
+_active.on_release_warm(release_parked)
+
+
 #: every worker group whose actors are up, in this process (see :func:`live_worker_groups`)
 _LIVE: weakref.WeakSet[RayWorkerGroup] = weakref.WeakSet()
 
@@ -438,6 +446,14 @@ def live_worker_groups() -> list[RayWorkerGroup]:
 
 #: how long a failed call waits for the other workers' outcome, to tell a lost worker from its peers
 LOST_GRACE_S = 3.0
+#: how long a call whose workers only saw a peer go waits for Ray to say which worker or node was lost
+#: (Ray marks a node dead after its health checks fail: 5 of them, 3 s apart, by default)
+LOST_NODE_WAIT_S = 20.0
+
+
+def _error_text(exc: BaseException) -> str:
+    """The worker's error of a driver-side error (``"PeerLostError: ..."``), without who raised it."""
+    return str(exc).splitlines()[0].split(": ", 1)[-1] if str(exc) else type(exc).__name__
 
 
 def _failure(ref: Any, what: str, rank: int | None = None) -> Exception | None:
@@ -450,7 +466,8 @@ def _failure(ref: Any, what: str, rank: int | None = None) -> Exception | None:
         cause = getattr(exc, "cause", None) or exc
         if isinstance(cause, _WorkerFailure):
             r = cause.result
-            return OrcaWorkerError(f"{describe_worker(r)} failed during {what}: {r['error']}",
+            return OrcaWorkerError(f"{describe_worker(r)} failed during {what}: {r['error']}"
+                                   f"{unreachable_hint(str(r['error']))}",
                                    rank=r.get("rank"), worker_traceback=r["traceback"])
         if isinstance(exc, (ray.exceptions.RayActorError, ray.exceptions.ActorDiedError)):
             who = "an Orca worker" if rank is None else f"Orca worker rank {rank}"
@@ -488,6 +505,10 @@ class RayWorkerGroup(WorkerGroup):
         self.actor_nodes: list[str | None] = []
         #: where the last call's data was read (see :mod:`orca.core.engine.locality`)
         self.last_placement: Placement | None = None
+        #: each rank's address in the last rendezvous
+        self._hosts: list[str] = []
+        #: each rank's Ray node id (to tell a worker lost with its node from the peers that saw it go)
+        self._node_ids: list[str] = []
 
     @classmethod
     def size(cls, ctx: Any, workers_per_node: int) -> tuple[int, int]:
@@ -533,9 +554,7 @@ class RayWorkerGroup(WorkerGroup):
         """
         if self.actors:
             return
-        from orca.core.context import OrcaContext
-
-        ctx = OrcaContext.current()
+        ctx = _active.current()
         runtime = ctx.ray_runtime_now()  # nodes lost since the last start are not counted
         ray = _ray()
         trial = trial_worker_bundles()
@@ -564,9 +583,7 @@ class RayWorkerGroup(WorkerGroup):
 
     def _kind(self) -> tuple[Any, ...]:
         """What a parked actor must match to serve this group: same Ray, runner class, size."""
-        from orca.core.context import OrcaContext
-
-        ctx = OrcaContext.active()
+        ctx = _active.active()
         return (ctx.context_id if ctx is not None else None, self.runner_cls.__module__,
                 self.runner_cls.__qualname__, self.num_workers, self.threads)
 
@@ -600,11 +617,14 @@ class RayWorkerGroup(WorkerGroup):
         try:
             addrs = self._get(refs, "start")
             hosts, ports = [a[0] for a in addrs], [a[1] for a in addrs]
+            self._hosts, self._node_ids = hosts, [str(a[4]) for a in addrs]
             # the runner class and user classes (models, callbacks) travel by value where the user
             # registered them with cloudpickle (Ray's own pickler does not know that registry)
             job_blob = cloudpickle.dumps((self.runner_cls, dict(self.spec, threads=self.threads)))
             value = _ray().put(state.value) if state.value is not None else None
-            self._get([a.setup.remote(job_blob, make_rendezvous(r, hosts, ports, addrs[0][2]), value)
+            machines = [a[3] for a in addrs]  # (a worker at a loopback address of another host fails here)
+            self._get([a.setup.remote(job_blob, make_rendezvous(r, hosts, ports, addrs[0][2], machines=machines),
+                                      value)
                        for r, a in enumerate(self.actors)], "setup")
             self.loaded_version = state.version
         except BaseException:
@@ -667,7 +687,9 @@ class RayWorkerGroup(WorkerGroup):
         :class:`_ActorLost`; a silent worker, or Ctrl-C on the driver, tears the group down.
         """
         ray = _ray()
-        bound = max(self.timeout_s, self.start_timeout_s)  # calls without heartbeats: start-up, set-up
+        # calls without heartbeats: start-up and set-up (the rendezvous) are bounded by the start-up
+        # timeout, so that a rank that cannot reach its peers fails the call within it
+        bound = self.start_timeout_s if what in ("start", "setup") else max(self.timeout_s, self.start_timeout_s)
         deadline = time.monotonic() + bound
         pending = list(refs)
         rank_of = {ref: rank for rank, ref in enumerate(refs)}
@@ -675,8 +697,15 @@ class RayWorkerGroup(WorkerGroup):
             silent = liveness.silent() if liveness is not None else None
             if silent is None and liveness is None and time.monotonic() > deadline:
                 silent = f"Orca workers did not finish {what} within {bound:.0f}s; the worker group was shut down."
+                if what == "setup":  # the rendezvous: a peer that cannot be reached, not a slow one
+                    silent += (f" (worker_start_timeout_s={bound:g}: rank(s) {[rank_of[r] for r in pending]} did not "
+                               f"meet their peers at {sorted(set(map(str, self._hosts)))}.) {UNREACHABLE_FIX}")
             if silent is not None:
+                # a rank silent because its host is gone is a lost worker (max_failures recovers it)
+                lost = self._lost_with_node(what, TimeoutError(silent)) if liveness is not None else None
                 self.shutdown()
+                if lost is not None:
+                    raise lost
                 raise TimeoutError(silent if liveness is None else f"{silent} (during {what})")
             try:
                 done, pending = ray.wait(pending, num_returns=len(pending), timeout=0.5)
@@ -693,8 +722,51 @@ class RayWorkerGroup(WorkerGroup):
                 errors = [e for e in (_failure(ref, what, rank_of[ref]) for ref in failed) if e is not None]
                 # a death first; then a rank's own error before those that only saw a peer fail
                 errors.sort(key=lambda e: (not isinstance(e, _ActorLost), is_consequence(str(e).split(": ", 1)[-1])))
+                first = errors[0]
+                if isinstance(first, _ActorLost) and first.rank is not None and first.rank < len(self._hosts):
+                    raise _ActorLost(str(first).replace("(a Ray actor)", f"(a Ray actor on host {self._hosts[first.rank]})",
+                                                        1), first.rank) from None
+                if not isinstance(errors[0], _ActorLost):
+                    # a host cut off or gone: its actor may not be reported dead yet, but its peers' collectives
+                    # failed; Ray's node table says whose host it was (the lost one, not one that saw it go).
+                    # When every error only says a peer went, wait (boundedly) for Ray to say which
+                    lost = self._lost_with_node(what, errors[0], pending, rank_of,
+                                                LOST_NODE_WAIT_S if is_consequence(_error_text(errors[0])) else 0.0)
+                    if lost is not None:
+                        raise lost from None
                 raise errors[0] from None
         return ray.get(refs)
+
+    def _lost_with_node(self, what: str, seen: Exception, pending: Sequence[Any] = (),
+                        rank_of: dict[Any, int] | None = None, wait_s: float = 0.0) -> _ActorLost | None:
+        """An :class:`_ActorLost` for the first rank whose Ray node Ray has marked dead, or whose
+        call among ``pending`` Ray reports dead, within ``wait_s`` (``seen``: what another rank
+        saw); ``None`` when none is (or Ray cannot tell)."""
+        if not self._node_ids:
+            return None
+        ray = _ray()
+        deadline = time.monotonic() + wait_s
+        while True:
+            try:
+                dead = {n["NodeID"]: n for n in ray.nodes() if not n.get("Alive")}
+            except Exception:  # noqa: BLE001 - no node table: the workers' own errors stand
+                return None
+            for rank, node in enumerate(self._node_ids):
+                if node in dead:
+                    where = dead[node].get("NodeManagerAddress") or node[:12]
+                    return _ActorLost(f"Orca worker rank {rank} (a Ray actor on host {where}) was lost with its Ray "
+                                      f"node during {what}: Ray marked the node dead. Its peers saw: "
+                                      f"{_error_text(seen)}", rank)
+            if time.monotonic() >= deadline:
+                return None
+            if pending:
+                done, pending = ray.wait(list(pending), num_returns=len(pending), timeout=0.5)
+                for ref in done:
+                    died = _failure(ref, what, (rank_of or {}).get(ref))
+                    if isinstance(died, _ActorLost):
+                        return died
+            else:
+                time.sleep(0.5)
 
     def _call(self, what: str, fn: Any) -> Any:
         """Run ``fn()`` (an idempotent call); if an actor turns out to be dead (killed since the
@@ -795,9 +867,7 @@ class RayWorkerGroup(WorkerGroup):
         """The user is done with these workers: park them warm for the next Estimator of their kind
         (see the module docstring) when the runner allows it and the context keeps warm workers;
         else (or when an actor fails to park) kill them."""
-        from orca.core.context import OrcaContext
-
-        ctx = OrcaContext.active()
+        ctx = _active.active()
         keep_s = ctx.settings.warm_workers_s if ctx is not None else 0.0
         if (not self.actors or self._starting is not None or keep_s <= 0
                 or not self.runner_cls.reuses_process or trial_worker_bundles() is not None):

@@ -18,7 +18,9 @@ from typing import Any
 
 import numpy as np
 
+from orca.core._net import check_reachable
 from orca.core.engine.feed import Batch
+from orca.core.sync.collective import Collective
 
 
 @dataclass(frozen=True)
@@ -50,32 +52,21 @@ class Rendezvous:
 
 
 def make_rendezvous(rank: int, hosts: Sequence[str], ports: Sequence[int], sync_port: int,
-                    counts: Sequence[int] = (), **extra: Any) -> Rendezvous:
+                    counts: Sequence[int] = (), machines: Sequence[str] | None = None, **extra: Any) -> Rendezvous:
     """The rendezvous of ``rank`` in a group whose rank ``r`` runs on ``hosts[r]`` and reserved
-    ``ports[r]`` (every launcher builds its ranks' rendezvous here)."""
+    ``ports[r]`` (every launcher builds its ranks' rendezvous here).
+
+    Raises:
+        ConnectionError: ``machines`` (each rank's :func:`orca.core._net.machine_id`) shows a rank
+            that would connect to a loopback address of another host (a host whose name resolves
+            to 127.0.1.1): the message names the address and the fix.
+    """
+    if machines is not None:
+        check_reachable(list(hosts), list(machines))
     facts = {"worker_addresses": [f"{h}:{p}" for h, p in zip(hosts, ports, strict=True)],
              "sync_port": int(sync_port), **extra}
     return Rendezvous(rank=rank, world_size=len(hosts), master_addr=hosts[0], master_port=int(ports[0]),
                       counts=tuple(int(c) for c in counts), host=hosts[rank], extra=facts)
-
-
-class Collective(abc.ABC):
-    """Small-object collectives among the workers of a group (stats, flags), not tensors."""
-
-    @abc.abstractmethod
-    def allgather(self, obj: Any) -> list[Any]:
-        """Return every rank's ``obj``, indexed by rank."""
-
-    def barrier(self) -> None:
-        """Wait until every rank arrives."""
-        self.allgather(None)
-
-
-class SoloCollective(Collective):
-    """The collective of a group of one."""
-
-    def allgather(self, obj: Any) -> list[Any]:
-        return [obj]
 
 
 def solo_runner(runner_cls: type[Runner], spec: dict[str, Any], state: Any, threads: int = 1) -> Runner:

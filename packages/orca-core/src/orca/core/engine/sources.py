@@ -21,8 +21,9 @@ from typing import Any
 
 import numpy as np
 
-from orca.core.engine.convert import Part, concat_parts, part_rows, shard_to_part, table_to_part
+from orca.core.engine.convert import Part, concat_parts, part_rows, shard_to_part, spark_select, table_to_part
 from orca.core.engine.feed import balanced_slices, cut_part
+from orca.core.engine.reads import WorkerRead
 
 
 class DataSource:
@@ -100,8 +101,6 @@ class DataFrameSource(DataSource):
     what = "a Spark DataFrame"
 
     def spark_frame(self, need_labels: bool) -> Any:
-        from orca.core.engine.adapters import spark_select
-
         fcols, lcols = self.columns(need_labels)
         return spark_select(self.obj, fcols + lcols)
 
@@ -218,62 +217,6 @@ class LocalShardsSource(ShardsSource):
     def spark_parts(self, spark: Any, need_labels: bool) -> Any:
         local = [self._part(s, need_labels) for s in self.obj.collect()]
         return spark.sparkContext.parallelize(local, max(1, len(local)))
-
-
-class WorkerRead:
-    """Rows a worker reads itself, where it runs: row groups of Parquet files, or CSV / JSON-lines
-    files (or every n-th chunk of them), as Arrow batches.
-
-    Small and picklable: this is what travels to the worker instead of its rows.
-
-    Args:
-        pieces: what to read, in order (:class:`orca.core.data._parquet.Piece`,
-            :class:`orca.core.data._text.TextPiece`).
-        feature_cols: input column names.
-        label_cols: target column names (empty for prediction).
-        reader: ``reader(pieces, columns)`` -> Arrow batches (the origin's ``batch_reader()``);
-            default: Parquet row groups.
-    """
-
-    def __init__(self, pieces: Sequence[Any], feature_cols: Sequence[str], label_cols: Sequence[str],
-                 reader: Callable[[Sequence[Any], Sequence[str]], Iterator[Any]] | None = None) -> None:
-        self.pieces = list(pieces)
-        self.feature_cols, self.label_cols = list(feature_cols), list(label_cols)
-        self.reader = reader
-
-    @property
-    def num_rows(self) -> int | None:
-        """Rows to read, from the files' metadata (Parquet footers); ``None`` where only reading
-        them tells (CSV, JSON)."""
-        rows = [p.rows for p in self.pieces]
-        return None if any(r is None for r in rows) else sum(rows)
-
-    def batches(self) -> Iterator[Any]:
-        """The rows as Arrow record batches, in order, with the named columns only."""
-        from orca.core.data._parquet import read_batches
-
-        return (self.reader or read_batches)(self.pieces, list(dict.fromkeys(self.feature_cols + self.label_cols)))
-
-    def fill(self, memory_bytes: int | None) -> Any:
-        """Read the rows into a new :func:`~orca.core.engine.spill.arrow_feed_builder` (in memory up
-        to ``memory_bytes``, then on local disk, one batch at a time) and return it, unfinished."""
-        from orca.core.engine.liveness import beat
-        from orca.core.engine.spill import arrow_feed_builder
-
-        builder = arrow_feed_builder(self.feature_cols, self.label_cols, memory_bytes)
-        for batch in self.batches():
-            beat("loading its data")
-            if batch.num_rows:
-                builder.add(batch, batch.nbytes)
-        return builder
-
-    def load(self, memory_bytes: int | None) -> Any:
-        """The rows as a worker's share (:class:`~orca.core.engine.feed.Feed` or, past
-        ``memory_bytes``, :class:`~orca.core.engine.spill.DiskFeed`)."""
-        return self.fill(memory_bytes).finish()
-
-    def __repr__(self) -> str:
-        return f"WorkerRead({len(self.pieces)} pieces, {self.num_rows} rows)"
 
 
 class FileShardsSource(ShardsSource):

@@ -16,15 +16,17 @@ import json
 import logging
 import re
 import threading
+import time
 import uuid
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import cloudpickle
 import numpy as np
 
-from orca.core._net import find_free_ports
+from orca.core._net import find_free_ports, machine_id
 from orca.core.engine.addrspace import economize
+from orca.core.engine.connect import launch_context, num_partitions, require_classic
 from orca.core.engine.convert import Part
 from orca.core.engine.errors import OrcaWorkerError, WorkerLostError
 from orca.core.engine.feed import Feed, Rows
@@ -37,15 +39,19 @@ from orca.core.engine.group import (
     evaluate_on_worker,
     fit_on_worker,
     fit_result,
+    is_consequence,
     predict_on_worker,
     raise_worker_errors,
 )
-from orca.core.engine.liveness import backstop_s, beat, beating
+from orca.core.engine.liveness import MEETING, backstop_s, beat, beating, report_failure
 from orca.core.engine.loop import FitArgs
 from orca.core.engine.progress import gather
+from orca.core.engine.reads import WorkerRead
 from orca.core.engine.runner import Runner, make_rendezvous, solo_runner
-from orca.core.engine.sources import DataSource, WorkerRead
 from orca.core.engine.spill import FeedBuilder, arrow_feed_builder, close_feeds, feed_memory_bytes, part_bytes
+
+if TYPE_CHECKING:
+    from orca.core.engine.sources import DataSource
 
 log = logging.getLogger(__name__)
 
@@ -79,20 +85,22 @@ def _barrier_work(ctx: Any, rank: int, job: dict[str, Any], load: Callable[[], F
     try:
         feed = feeds[0] if job["creator"] is None else None
         val = feeds[1] if job["has_val"] else None
-        beat("loaded its data", force=True)
+        # (a waiting phase, bounded by worker_start_timeout_s: a peer this rank cannot reach fails the call)
+        beat(MEETING, force=True)
         infos = ctx.getTaskInfos()
         host = infos[rank].address.split(":")[0] or "127.0.0.1"
         # every rank's port: frameworks with a cluster spec (TF_CONFIG) need them all; and a second
         # one on rank 0 for orca.core.sync, which a framework may run beside its own group
         port, sync_port = find_free_ports(2, host)
         rows = feed.num_rows if feed is not None else 0
-        gathered = _gather_ranks(ctx, rank, len(infos), job, {"port": port, "sync_port": sync_port, "rows": rows})
+        gathered = _gather_ranks(ctx, rank, len(infos), job, {"port": port, "sync_port": sync_port, "rows": rows,
+                                                               "machine": machine_id()})
         hosts = [i.address.split(":")[0] or "127.0.0.1" for i in infos]
         counts = [int(g["rows"]) for g in gathered]
         # a Spark Python worker is reused by later tasks: what a runner opens in it (TF's gRPC
         # server cannot be closed) outlives the fit unless the runner hosts itself in a child
         rdv = make_rendezvous(rank, hosts, [int(g["port"]) for g in gathered], int(gathered[0]["sync_port"]), counts,
-                              process_outlives_call=True)
+                              machines=[str(g["machine"]) for g in gathered], process_outlives_call=True)
         runner = host_runner(job["runner_cls"], dict(job["spec"], threads=job["threads"]), rdv)
         if job["state"] is not None:
             runner.set_state(job["state"])
@@ -106,7 +114,11 @@ def _barrier_work(ctx: Any, rank: int, job: dict[str, Any], load: Callable[[], F
         if runner is not None:  # close its connections now: peers waiting on this rank fail fast
             with contextlib.suppress(Exception):
                 runner.shutdown()
-        return cloudpickle.dumps(error_result(exc, rank))
+        failure = error_result(exc, rank)
+        # the driver hears of it now: this result comes back only with the stage's, and a peer
+        # still waiting for this rank (a framework's connect that retries) can hold the stage up
+        report_failure(failure)
+        return cloudpickle.dumps(failure)
     finally:
         close_feeds(*feeds)
 
@@ -141,9 +153,14 @@ def spark_errors(what: str) -> Iterator[None]:
     try:
         yield
     except Exception as exc:
-        if type(exc).__name__ in ("Py4JJavaError", "PythonException", "SparkRuntimeException"):
+        if type(exc).__name__ in ("Py4JJavaError", "PythonException", "SparkRuntimeException") or \
+                type(exc).__module__ == "pyspark.errors.exceptions.connect":  # a Spark Connect client's
             raise _spark_error(exc, what) from None
         raise
+
+
+#: how long the driver lets a barrier stage end by itself once a rank reported its failure
+FAILED_GRACE_S = 3.0
 
 
 #: what Spark says when a task's Python worker process died (killed, OOM-killed, crashed): Spark 4
@@ -231,13 +248,13 @@ class SparkWorkerGroup(WorkerGroup):
 
     @staticmethod
     def spark() -> Any:
-        from orca.core.context import OrcaContext
+        from orca.core import _active
 
-        return OrcaContext.current().spark_session()
+        return _active.current().spark_session()
 
     def check_slots(self) -> None:
         """Fail fast when the cluster cannot run all barrier tasks at once."""
-        slots = self.spark().sparkContext.defaultParallelism
+        slots = launch_context(self.spark()).defaultParallelism
         if self.num_workers > slots:
             raise ValueError(
                 f"the spark backend runs {self.num_workers} workers as one barrier stage, but the Spark "
@@ -250,7 +267,7 @@ class SparkWorkerGroup(WorkerGroup):
         default: the group's): a worker silent for ``worker_timeout_s``, or Ctrl-C on the driver,
         cancels the job (Spark kills its Python workers) and raises here."""
         liveness = self._liveness(ranks)
-        sc = self.spark().sparkContext
+        sc = launch_context(self.spark())  # a SparkContext, or its stand-in on Spark Connect
         tag = f"orca-{uuid.uuid4().hex}"
         box: dict[str, Any] = {}
 
@@ -265,6 +282,7 @@ class SparkWorkerGroup(WorkerGroup):
 
         thread = threading.Thread(target=run, name=f"orca-spark-{what}", daemon=True)
         thread.start()
+        failed_at: float | None = None
         try:
             while thread.is_alive():
                 thread.join(0.5)
@@ -272,6 +290,15 @@ class SparkWorkerGroup(WorkerGroup):
                 if silent is not None:
                     _cancel(sc, tag, thread, self.watch)
                     raise TimeoutError(f"{silent} (during {what})")
+                if liveness is not None and thread.is_alive() and any(
+                        not is_consequence(str(f.get("error", ""))) for f in list(liveness.failures.values())):
+                    # a rank failed by itself: its peers normally fail with it (its connections close) and
+                    # the stage ends; one still waiting for it after a moment would hold the call up. (A
+                    # rank that only saw its peer go waits for Spark's word on that peer: a lost worker.)
+                    failed_at = failed_at or time.monotonic()
+                    if time.monotonic() - failed_at > FAILED_GRACE_S:
+                        _cancel(sc, tag, thread, self.watch)
+                        raise_worker_errors(list(liveness.failures.values()), what)
                 if rerun and liveness is not None and liveness.restarted:
                     # Spark re-runs a failed barrier stage from the state it was given: the fit would
                     # silently start over; Orca's recovery (max_failures) resumes from the driver's state
@@ -293,7 +320,7 @@ class SparkWorkerGroup(WorkerGroup):
             args: FitArgs) -> FitResult:
         """Train in one barrier stage; return the history and rank 0's new state."""
         self.check_slots()
-        sc = self.spark().sparkContext
+        sc = launch_context(self.spark())  # a SparkContext, or its stand-in on Spark Connect
         job = {"runner_cls": self.runner_cls, "spec": self.spec, "threads": self.threads, "state": state.value,
                "args": args, "has_val": val_source is not None and not val_source.is_creator,
                "creator": source.obj if source.is_creator else None, "feed_memory_bytes": feed_memory_bytes()}
@@ -322,7 +349,7 @@ class SparkWorkerGroup(WorkerGroup):
         df = source.spark_frame(True)
         if val_source is not None:
             df = df.withColumn(TAG, F.lit(0)).unionByName(val_source.spark_frame(True).withColumn(TAG, F.lit(1)))
-        if val_source is not None or df.rdd.getNumPartitions() != self.num_workers:
+        if val_source is not None or num_partitions(df) != self.num_workers:
             df = df.repartition(self.num_workers)
 
         def task(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
@@ -352,6 +379,7 @@ class SparkWorkerGroup(WorkerGroup):
     def _fit_rdd(self, bc: Any, source: DataSource, val_source: DataSource | None) -> list[bytes]:
         n = self.num_workers
         spark = self.spark()
+        require_classic(spark)  # RDDs: a classic session's only
         if source.is_creator:  # each worker builds its own loader; tasks only need to exist
             rdd = spark.sparkContext.parallelize([], n)
         else:
@@ -406,7 +434,7 @@ class SparkWorkerGroup(WorkerGroup):
                    need_labels: bool) -> list[Any]:
         """``fn(runner, feed)`` on every partition of ``source`` (``fn(runner)`` in one task when
         there is no source), with this Python worker's cached runner of ``state``."""
-        sc = self.spark().sparkContext
+        sc = launch_context(self.spark())  # a SparkContext, or its stand-in on Spark Connect
         bc = broadcast_runner(sc, self.runner_cls, self.spec, state.value, self.threads)
         alone = source is None  # (the task must not capture the source: it holds the SparkContext)
         beat_to = self._beat_to()
@@ -461,6 +489,7 @@ class SparkWorkerGroup(WorkerGroup):
                 yield pa.RecordBatch.from_pydict({"payload": [fn(load)]})
 
             return [r["payload"] for r in frame.mapInArrow(task, "payload binary").collect()]
+        require_classic(self.spark())  # RDDs: a classic session's only
         rdd = source.spark_parts(self.spark(), need_labels)
 
         def parts_task(items: Iterator[Part]) -> list[bytes]:

@@ -190,9 +190,9 @@ def close_feeds(*feeds: object) -> None:
 def feed_memory_bytes() -> int:
     """The running context's ``worker_data_memory_mb`` in bytes (on the driver); ``math.inf``
     (``train_data_store="DRAM"``) is ``sys.maxsize``: every share stays in memory."""
-    from orca.core.context import OrcaContext
+    from orca.core import _active
 
-    memory_mb = OrcaContext.current().settings.worker_data_memory_mb
+    memory_mb = _active.current().settings.worker_data_memory_mb
     return sys.maxsize if memory_mb == float("inf") else int(memory_mb * (1 << 20))
 
 

@@ -47,7 +47,8 @@ from typing import Any
 import numpy as np
 
 from orca.core.codec import CodecError, decode, encode
-from orca.core.engine.runner import Collective
+from orca.core.sync.collective import Collective
+from orca.core.sync.errors import PeerLostError, SyncError, SyncTimeoutError
 from orca.core.sync.handshake import HEADER, HELLO, MAGIC, TABLE, accept_peers, dial, recv_exact, token_key
 
 __all__ = ["PeerLostError", "SyncError", "SyncGroup", "SyncTimeoutError"]
@@ -60,18 +61,6 @@ _NOTHING = np.zeros(0, np.uint8)
 #: the default bound on one rank's allgather message (stats, metric states, flags)
 MAX_OBJECT_BYTES = 256 << 20
 _SOCKET_BUFFER = 4 << 20
-
-
-class SyncError(RuntimeError):
-    """The sync group failed: peers disagree on the operation, or the group is broken."""
-
-
-class SyncTimeoutError(SyncError, TimeoutError):
-    """A peer sent nothing within the timeout (it is stuck, or far slower than the rest)."""
-
-
-class PeerLostError(SyncError, ConnectionError):
-    """A peer closed its connection (its worker died or left the group)."""
 
 
 def shard_bounds(n: int, world: int) -> list[int]:

@@ -36,6 +36,8 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+from orca.core.sync.errors import SyncError, SyncTimeoutError
+
 log = logging.getLogger("orca")
 
 MAGIC = b"ORCA"
@@ -149,8 +151,6 @@ def dial(addr: str, port: int, key: bytes, rank: int, world: int, me: str, deadl
         SyncTimeoutError: the peer did not listen before ``deadline``.
         SyncError: what listens there is not a worker of this job.
     """
-    from orca.core.sync.group import SyncError, SyncTimeoutError
-
     delay = 0.01
     while True:
         try:
@@ -196,8 +196,6 @@ def accept_peers(listener: socket.socket, key: bytes, rank: int, world: int, exp
         SyncTimeoutError: not every expected rank joined before ``deadline``.
         SyncError: a worker of this job believes in another group size.
     """
-    from orca.core.sync.group import SyncError, SyncTimeoutError
-
     results: queue.Queue[tuple[socket.socket, Any, Hello | HandshakeRefused]] = queue.Queue()
     pending = [0]
     done = threading.Event()

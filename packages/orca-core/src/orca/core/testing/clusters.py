@@ -1,12 +1,20 @@
 """Real multi-process clusters on 127.0.0.1 for tests, and helpers to check what is left.
 
-Two context managers start a real cluster from the installed engines and take it down,
+Context managers start a real cluster from the installed engines and take it down,
 process by process, on exit:
 
 - :func:`spark_standalone_cluster` starts a Spark standalone master and one worker with
   pyspark's own ``bin/spark-class`` and yields a :class:`SparkStandaloneCluster`.
+- :func:`spark_connect_server` starts a Spark Connect server (pyspark's
+  ``sbin/start-connect-server.sh``) with a token, on ``local[N]`` or a standalone master, and
+  yields a :class:`SparkConnectServer`.
 - :func:`ray_cluster` starts a Ray head and a second Ray node with ``ray start`` and yields a
   :class:`RayCluster`.
+
+For hosts with addresses of their own (a real network: what listens where, who reaches whom),
+:mod:`orca.core.testing.hosts` makes hosts as Linux network namespaces
+(:func:`~orca.core.testing.hosts.namespace_hosts`) and a Spark standalone cluster across them
+(:func:`~orca.core.testing.hosts.spark_hosts_cluster`, built on this module's Spark helpers).
 
 Other engineers and other test runs may run their own Spark and Ray on the same machine, so
 nothing here stops processes by name (no ``ray stop``, no ``pkill java``): each cluster kills
@@ -52,9 +60,9 @@ from orca.core._ray_node import RAY_START
 
 HOST = "127.0.0.1"
 __all__ = [
-    "HOST", "RayCluster", "SparkStandaloneCluster", "context_processes", "kill_pids", "pid_alive", "process_name",
+    "HOST", "RayCluster", "SparkConnectServer", "SparkStandaloneCluster", "context_processes", "kill_pids", "pid_alive", "process_name",
     "process_tree",
-    "processes_mentioning", "pyspark_home", "ray_cluster", "ray_env", "run_python", "spark_standalone_cluster",
+    "processes_mentioning", "pyspark_home", "ray_cluster", "ray_env", "run_python", "spark_connect_server", "spark_standalone_cluster",
 ]
 
 def _tail(path: Path, n: int = 2000) -> str:
@@ -239,6 +247,123 @@ def _wait_for_spark_worker(
         f"no Spark worker registered with {cluster.master_url} within {timeout_s}s "
         f"(last error: {last_error}).\nmaster log:\n{_tail(logs[0])}\nworker log:\n{_tail(logs[1])}"
     )
+
+
+# ----------------------------------------------------------------------------- spark connect
+
+
+@dataclass
+class SparkConnectServer:
+    """A running Spark Connect server started by :func:`spark_connect_server`.
+
+    Attributes:
+        remote: the client URL with the server's token, ``sc://localhost:<port>/;token=...``, to
+            pass as ``remote=`` to ``init_orca_context(cluster_mode="spark-connect", ...)`` (the
+            host is ``localhost``: pyspark sends a token without TLS only there).
+        port: the gRPC port on 127.0.0.1.
+        master: the server's Spark master (``local[2]``, or a standalone ``spark://...``).
+        workdir: the private temporary directory (logs, Spark's local dirs).
+        process: the server's ``start-connect-server.sh --wait`` process.
+    """
+
+    remote: str
+    port: int
+    master: str
+    workdir: Path
+    process: subprocess.Popen[bytes] | None = field(default=None, repr=False)
+
+    def log(self, n: int = 4000) -> str:
+        """The end of the server's log."""
+        return _tail(self.workdir / "logs" / "connect-server.log", n)
+
+    def pids(self) -> list[int]:
+        """All live processes of this server: its JVM and the Python workers it started."""
+        out = process_tree(self.process.pid) if self.process is not None else []
+        out.extend(processes_mentioning(str(self.workdir)))
+        return list(dict.fromkeys(out))
+
+
+@contextmanager
+def spark_connect_server(
+    master: str = "local[2]", *, cores: int = 2, memory: str = "1g", num_nodes: int = 1,
+    conf: Mapping[str, str] | None = None, timeout_s: float = 120.0,
+) -> Iterator[SparkConnectServer]:
+    """Start a Spark Connect server on 127.0.0.1 (a free port, a fresh token); kill it on exit.
+
+    The server is pyspark's own ``sbin/start-connect-server.sh --wait`` (its Spark is Orca's
+    configuration for ``master``: ``local[cores]``, or a standalone master with ``cores`` x
+    ``num_nodes``), its Python workers run this interpreter, and clients must present the
+    token (``SPARK_CONNECT_AUTHENTICATE_TOKEN``), which :attr:`SparkConnectServer.remote` carries.
+
+    Args:
+        master: ``local[N]`` or a standalone master URL (``spark://127.0.0.1:<port>``, e.g. of
+            :func:`spark_standalone_cluster`).
+        cores: cores of an executor on a standalone master.
+        memory: executor memory on a standalone master (the server's driver memory otherwise).
+        num_nodes: executors on a standalone master.
+        conf: more Spark settings for the server.
+        timeout_s: how long to wait for the server to listen.
+
+    Yields:
+        The running :class:`SparkConnectServer`.
+
+    Raises:
+        RuntimeError: the server exited or did not listen within ``timeout_s`` (with its log's end).
+
+    Examples:
+        >>> with spark_connect_server() as server:   # doctest: +SKIP
+        ...     init_orca_context(cluster_mode="spark-connect", remote=server.remote)
+    """
+    from orca.core._spark_conf import build_spark_conf
+
+    workdir = Path(tempfile.mkdtemp(prefix="orca-connect-"))
+    for sub in ("conf", "logs", "work", "local"):
+        (workdir / sub).mkdir()
+    env = _spark_env(workdir)
+    token = new_token()
+    env["SPARK_CONNECT_AUTHENTICATE_TOKEN"] = token
+    env["SPARK_PID_DIR"] = str(workdir)
+    (port,) = find_free_ports(1, HOST)
+    if master.startswith("spark://"):
+        entries = build_spark_conf("standalone", cores, memory, num_nodes, master=master, driver_host=HOST)
+    else:
+        entries = build_spark_conf("local", int(master[6:-1]) if master.startswith("local[") else cores, memory, 1)
+        entries["spark.master"] = master
+    entries.update({
+        "spark.connect.grpc.binding.address": HOST,
+        "spark.connect.grpc.binding.port": str(port),
+        "spark.driver.host": HOST,
+        "spark.driver.bindAddress": HOST,
+        "spark.ui.enabled": "false",
+        "spark.local.dir": str(workdir / "local"),
+        "spark.app.name": "orca-connect-test",
+    })
+    entries.update({str(k): str(v) for k, v in (conf or {}).items()})
+    cmd = [str(pyspark_home() / "sbin" / "start-connect-server.sh"), "--wait"]
+    for key, value in entries.items():
+        cmd += ["--conf", f"{key}={value}"]
+    server = SparkConnectServer(remote=f"sc://localhost:{port}/;token={token}", port=port,
+                                master=entries["spark.master"], workdir=workdir)
+    log_path = workdir / "logs" / "connect-server.log"
+    try:
+        with open(log_path, "wb") as log_file:
+            server.process = subprocess.Popen(cmd, env=env, cwd=workdir, stdin=subprocess.DEVNULL, stdout=log_file,
+                                              stderr=subprocess.STDOUT, start_new_session=True)
+        deadline = time.monotonic() + timeout_s
+        while not _port_open(HOST, port):
+            if server.process.poll() is not None:
+                raise RuntimeError(f"the Spark Connect server exited with {server.process.returncode}:\n"
+                                   f"{server.log()}")
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"the Spark Connect server did not listen on {HOST}:{port} in {timeout_s}s:\n"
+                                   f"{server.log()}")
+            time.sleep(0.5)
+        yield server
+    finally:
+        kill_pids(server.pids())
+        if server.process is not None:
+            _reap([server.process])
+        shutil.rmtree(workdir, ignore_errors=True)
 
 
 # ----------------------------------------------------------------------------- ray

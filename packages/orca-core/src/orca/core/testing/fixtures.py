@@ -22,8 +22,10 @@ Enable them with ``pytest_plugins = ["orca.core.testing.fixtures"]`` in a ``conf
 
 from __future__ import annotations
 
+import json
 import sys
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -93,3 +95,82 @@ def ray_cluster_address(ray_cluster_handle: RayCluster) -> str:
 def ray_cluster_env(ray_cluster_handle: RayCluster) -> dict[str, str]:
     """Environment variables a driver attaching to the two-node Ray cluster should run with."""
     return dict(ray_cluster_handle.env)
+
+def scope_of(nodeid: str) -> str:
+    """The unit of work pytest-xdist gives one test process under ``--dist loadscope``: a test
+    module, or a test class per value of its first parameter (for the conformance suites: per
+    backend), so that a suite's backends run side by side while each backend's class-scoped
+    fixtures (its started workers, its shared trained Estimator) are still made once.
+
+    Examples:
+        >>> scope_of("t/test_c.py::TestConformance::test_fit[ray-empty]")
+        't/test_c.py::TestConformance[ray]'
+        >>> scope_of("t/test_c.py::TestConformance::test_save")
+        't/test_c.py::TestConformance'
+        >>> scope_of("t/test_training.py::test_fit[spark]")
+        't/test_training.py'
+    """
+    scope = nodeid.rsplit("::", 1)[0]
+    if "::" not in scope or not nodeid.endswith("]"):
+        return scope  # a module's functions stay together: they share its module-scoped fixtures
+    params = nodeid[len(scope):]
+    first = params[params.find("[") + 1:-1].split("-")[0]
+    return f"{scope}[{first}]" if "[" in params and first else scope
+
+
+#: where the scheduler reads how long tests took (``.ci/durations.py`` writes it from a CI log)
+DURATIONS_FILE = Path(".ci") / "test-durations.json"
+#: seconds assumed for a test the file does not list (it lists each session's slowest 40)
+UNLISTED_TEST_S = 2.0
+
+
+def longest_first(scopes: dict[str, dict[str, bool]], seconds: dict[str, float]) -> list[str]:
+    """The units of work (scope -> its test ids) ordered longest first, by the tests' recorded
+    ``seconds`` (:data:`UNLISTED_TEST_S` for a test not recorded): the two test processes then end
+    close together instead of one running a long module alone at the end. Ties keep their order.
+
+    Examples:
+        >>> longest_first({"a.py": {"a.py::t1": False}, "b.py": {"b.py::t1": False, "b.py::t2": False},
+        ...                "c.py": {"c.py::t1": False}}, {"c.py::t1": 90.0})
+        ['c.py', 'b.py', 'a.py']
+    """
+    def cost(scope: str) -> float:
+        return sum(seconds.get(nodeid, UNLISTED_TEST_S) for nodeid in scopes[scope])
+
+    return sorted(scopes, key=cost, reverse=True)
+
+
+def _recorded_durations(rootpath: Path) -> dict[str, float]:
+    try:
+        data = json.loads((rootpath / DURATIONS_FILE).read_text())
+    except (OSError, ValueError):
+        return {}
+    return {str(k): float(v) for k, v in data.items()} if isinstance(data, dict) else {}
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """Under ``--dist loadscope`` (the noxfile's test sessions), schedule by :func:`scope_of`, the
+    longest units first (:func:`longest_first`, by :data:`DURATIONS_FILE`)."""
+    if config.getoption("dist", None) != "loadscope":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    seconds = _recorded_durations(config.rootpath)
+
+    class ByClassAndFirstParameter(LoadScopeScheduling):
+        ordered = False
+
+        def _split_scope(self, nodeid: str) -> str:
+            return scope_of(nodeid)
+
+        def _assign_work_unit(self, node: Any) -> None:
+            if not self.ordered:  # the first assignment: the whole queue is known, nothing taken yet
+                self.ordered = True
+                order = longest_first(dict(self.workqueue), seconds)
+                units = dict(self.workqueue)
+                self.workqueue.clear()
+                self.workqueue.update((scope, units[scope]) for scope in order)
+            super()._assign_work_unit(node)
+
+    return ByClassAndFirstParameter(config, log)

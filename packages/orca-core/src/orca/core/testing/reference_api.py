@@ -100,7 +100,8 @@ _TORCH = (
         _a("model_dir", default=None, note="where fit(checkpoint_trigger=...) writes its checkpoints "
                                            "(load_orca_checkpoint(model_dir) reads the newest); the trained state "
                                            "comes back to the driver either way"),
-        _a("sync_stats", NOOP, default=False, note="stats are always merged exactly over all workers"),
+        _a("sync_stats", default=False, note="False: fit(reduce_results=False) gives each worker its own training "
+                                             "stats; True: the stats merged exactly over all workers"),
         _a("log_level", NOOP, note="workers log through Python logging; set the `orca` logger's level"),
         _a("log_to_driver", NOOP, note="worker output reaches the driver with init_orca_context(log_output=True)"),
         _a("seed", ORCA_ONLY, note="seeds model creation and shuffling on every worker (0)"),
@@ -109,10 +110,12 @@ _TORCH = (
         _a("data"), _a("epochs", default=1), _a("batch_size", default=32),
         _a("profile", default=False, note="each epoch's stats get `profile`: rank 0's `mean_train_epoch_s`, "
            "`mean_train_batch_s`, `mean_validation_s` (not the reference's forward/backward split)"),
-        _a("reduce_results", default=True, note="False: per-worker lists (equal: stats are merged)"),
+        _a("reduce_results", default=True, note="False: per-worker lists (each worker's own training stats unless "
+                                                "from_torch(sync_stats=True); validation stats merged)"),
         _a("feature_cols", default=None), _a("label_cols", default=None), _a("validation_data", default=None),
         _a("callbacks", default=None, note="orca Callbacks (see `Callback` below)"),
-        _a("max_steps", default=None, note="the reference's ray backend only; every backend here"),
+        _a("max_steps", default=None, note="as the reference: `epochs` is ignored, the fit runs as many epochs as "
+                                           "max_steps takes (one History entry each); every backend here"),
         _a("checkpoint_trigger", default=None, note="the reference's BigDL backend: `EveryEpoch()` or "
            "`SeveralIteration(n)` (orca.core.engine.callbacks) write into from_torch's `model_dir`; without it "
            "nothing is written (a warning says so)"),
@@ -206,7 +209,9 @@ _TORCH = (
 _KERAS_ONLY = "Keras option Orca does not pass on"
 _TF2 = (
     Method("Estimator.from_keras", "orca.tf:Estimator.from_keras", (
-        _a("model_creator", default=None, note="or keras_model="),
+        _a("model_creator", default=None, note="or keras_model=; with neither, as the reference, the Estimator "
+                                               "takes its model from the first load() (uncompiled where Keras "
+                                               "cannot rebuild the file's compile settings)"),
         _a("keras_model", default=None, note="the reference's TF1 from_keras: a compiled model, trained as a "
                                              "model_creator would be (its config, compile config and weights travel)"),
         _a("config", default=None), _a("verbose", DEFAULT, note="1 in Orca (the driver's progress bar)"),
