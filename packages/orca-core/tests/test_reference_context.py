@@ -22,6 +22,7 @@ import pytest
 from orca.core import OrcaContext, OrcaSettings, init_orca_context
 from orca.core import context as context_module
 from orca.core.context import _object_store_bytes, _validate
+from orca.core.plugin import warnings_reset
 from orca.core.testing.clusters import run_python
 
 # ----------------------------------------------------------------------------- the SparkContext
@@ -114,14 +115,11 @@ def test_object_store_memory_that_is_not_a_size_is_refused_before_anything_start
 def fresh_settings(orca_context: Any) -> Iterator[None]:
     """Undo what a test assigns on the class; the one-time warnings count from zero."""
     before = dict(vars(orca_context.settings))
-    warned = set(context_module._warned)
-    context_module._warned.clear()
     try:
-        yield
+        with warnings_reset():
+            yield
     finally:
         context_module._class_settings.clear()
-        context_module._warned.clear()
-        context_module._warned.update(warned)
         for name, value in before.items():
             setattr(orca_context.settings, name, value)
 

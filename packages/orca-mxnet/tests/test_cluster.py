@@ -7,6 +7,7 @@ import textwrap
 import pytest
 
 from orca.core.testing.clusters import run_python
+from orca.core.testing.matrix import STANDALONE_COVERAGE, full_matrix_only
 
 pytestmark = pytest.mark.timeout(600)
 
@@ -57,6 +58,7 @@ def _check(out):
     assert out["max_err"] < 1e-5  # the workers' predictions are the trained model's
 
 
+@full_matrix_only(STANDALONE_COVERAGE)
 def test_spark_backend_trains_on_a_standalone_cluster(spark_standalone_master):
     args = {"cluster_mode": "standalone", "master": spark_standalone_master, "cores": 2, "memory": "1g",
             "num_nodes": 1}

@@ -6,6 +6,7 @@ import pytest
 from conftest import linear_model, save_ir
 
 from orca.core.testing.clusters import run_python
+from orca.core.testing.matrix import STANDALONE_COVERAGE, full_matrix_only
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -49,6 +50,7 @@ def ir_path(tmp_path_factory):
     return save_ir(linear_model(), tmp_path_factory.mktemp("cluster"))
 
 
+@full_matrix_only(STANDALONE_COVERAGE)
 def test_dataframe_and_arrays_on_a_spark_standalone_cluster(spark_standalone_master, ir_path):
     out = run_python(DRIVER, env={"ORCA_TEST_KIND": "spark", "ORCA_MASTER": spark_standalone_master,
                                   "ORCA_TEST_IR": ir_path}, timeout_s=200)

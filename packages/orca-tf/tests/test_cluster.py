@@ -5,6 +5,7 @@ Each driver runs in its own interpreter, since the test session already holds th
 import pytest
 
 from orca.core.testing.clusters import run_python
+from orca.core.testing.matrix import STANDALONE_COVERAGE, full_matrix_only
 
 pytestmark = pytest.mark.timeout(600)
 
@@ -54,6 +55,7 @@ print(json.dumps({"loss": hist.history["loss"], "workers": len(digests), "same":
 '''
 
 
+@full_matrix_only(STANDALONE_COVERAGE)
 def test_spark_backend_trains_on_a_standalone_cluster(spark_standalone_master):
     out = run_python(DRIVER, env={"ORCA_TEST_KIND": "spark", "ORCA_MASTER": spark_standalone_master}, timeout_s=500)
     assert out["n"] == 200 and out["rows"] == 200

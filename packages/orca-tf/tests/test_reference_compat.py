@@ -12,9 +12,12 @@
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 
+from orca.core.plugin import warnings_reset
 from orca.core.testing.clusters import run_python
 
 #: the reference guide's TF1 sample (section 2.1) on digits, as a script; MODE picks eager or v1
@@ -103,20 +106,36 @@ print(json.dumps(out))
 '''
 
 
+#: the sample's own context start and stop: a child interpreter runs them as written
+_SAMPLE_INIT = 'ctx = init_orca_context(cluster_mode="local", cores=2, memory="2g", worker_timeout_s=180.0)\n'
+_SAMPLE_STOP = "stop_orca_context()\n"
+
+
 def run_tf1_sample(mode: str, tmp: str) -> dict:
+    """The sample as a script of its own, in a child interpreter (``disable_v2_behavior`` is process-wide)."""
     return run_python(f"MODE = {mode!r}\nTMP = {tmp!r}\n" + TF1_SCRIPT, timeout_s=540)
 
 
+def run_tf1_sample_here(tmp: str, ctx: object) -> dict:
+    """The sample with eager execution on, in this (eager) test process, on the session's context
+    (the same local[2] settings as the sample's own): its numbers as the script prints them."""
+    assert TF1_SCRIPT.count(_SAMPLE_INIT) == 1 and TF1_SCRIPT.count(_SAMPLE_STOP) == 1
+    code = TF1_SCRIPT.replace(_SAMPLE_INIT, "ctx = CTX\n").replace(_SAMPLE_STOP, "").replace("print(json.dumps(out))", "")
+    namespace: dict = {"MODE": "eager", "TMP": tmp, "CTX": ctx}
+    exec(compile(code, "<the TF1 sample, eager>", "exec"), namespace)  # noqa: S102 - this module's own sample
+    return json.loads(json.dumps(namespace["out"]))
+
+
 @pytest.mark.timeout(1200)
-def test_tf1_script_with_v2_behavior_disabled_trains_as_with_eager_on(tmp_path):
+def test_tf1_script_with_v2_behavior_disabled_trains_as_with_eager_on(tmp_path, orca_context):
     """The TF1 sample with ``disable_v2_behavior()`` first: from_graph fits a tf.data.Dataset
     (validating on one), evaluates a DataFrame and an XShards, predicts a DataFrame, saves a
     checkpoint; from_keras(keras_model=) on a tf_keras model fits a Dataset, evaluates an XShards,
     predicts a DataFrame, and get_model gives the trained weights. Every number equals the same
-    script's with eager on (the workers run the same serialized graph/model), and the models
-    learn (held-out accuracy > 0.5 for the graph, > 0.3 for the 2-epoch Keras model; chance 0.1)."""
+    script's with eager on (run in this eager test process: the workers run the same serialized
+    graph/model), and the models learn (held-out accuracy > 0.5 for the graph, > 0.3 for the 2-epoch Keras model; chance 0.1)."""
     v1 = run_tf1_sample("v1", str(tmp_path))
-    eager = run_tf1_sample("eager", str(tmp_path))
+    eager = run_tf1_sample_here(str(tmp_path), orca_context)
     assert v1["executing_eagerly"] is False and eager["executing_eagerly"] is True
     assert [h[3] for h in v1["graph_fit"]] == [400, 400, 400]
     assert v1["graph_fit"][-1][0] < v1["graph_fit"][0][0]
@@ -246,10 +265,7 @@ def test_evaluate_num_steps_and_data_config_as_the_reference(orca_context):
         by_dataset = est.evaluate(tf.data.Dataset.from_tensor_slices((x, y)).batch(7), batch_size=4, num_steps=3)
         pred = est.predict(x, batch_size=8)
         configured = est.evaluate(creator, batch_size=4, data_config={"rows": 8})
-        from orca.tf import estimator as module
-
-        module._warned.discard("data_config")
-        with pytest.warns(UserWarning, match="data_config has no effect on tuple data"):
+        with warnings_reset("tf.data_config"), pytest.warns(UserWarning, match="data_config has no effect on tuple data"):
             plain = est.evaluate((x, y), batch_size=4, data_config={"rows": 8})
         hist = est.fit(creator, epochs=1, batch_size=4, data_config={"rows": 8})
     finally:

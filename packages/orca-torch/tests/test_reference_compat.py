@@ -15,6 +15,7 @@ import torch
 from torch import nn
 
 from orca.core.engine.checkpoint import read_checkpoint
+from orca.core.plugin import warnings_reset
 from orca.torch import Accuracy, Estimator, EveryEpoch, SeveralIteration, Top5Accuracy, process_stats
 from orca.torch.callbacks import Callback, MainCallback, ModelCheckpoint, TensorBoardCallback
 
@@ -398,7 +399,7 @@ def test_the_references_sgd_runs_as_torch_sgd_with_its_per_step_schedule(orca_co
     assert (group["iteration"], group["lr"], group["base_lr"]) == (2, 0.25, 0.5)
 
 
-def test_the_references_dataloader_fit_with_adam_and_a_trigger_without_model_dir(orca_context, caplog):
+def test_the_references_dataloader_fit_with_adam_and_a_trigger_without_model_dir(orca_context):
     from torch.utils.data import DataLoader, TensorDataset
 
     from orca.torch.optimizers import Adam
@@ -418,14 +419,14 @@ def test_the_references_dataloader_fit_with_adam_and_a_trigger_without_model_dir
     est = Estimator.from_torch(model=SimpleModel(), loss=nn.BCELoss(), metrics=[Accuracy()], optimizer=Adam(),
                                backend="bigdl", use_tqdm=False)
     try:
-        with caplog.at_level("WARNING", logger="orca"):
+        with warnings_reset("torch.fit(checkpoint_trigger)"), \
+                pytest.warns(UserWarning, match=r"without from_torch\(model_dir=\.\.\.\): nothing is checkpointed"):
             history = est.fit(data=DataLoader(TensorDataset(inputs, targets), batch_size=2), epochs=2,
                               validation_data=DataLoader(TensorDataset(inputs, targets), batch_size=2),
                               checkpoint_trigger=EveryEpoch())
         result = est.evaluate(data=DataLoader(TensorDataset(inputs, targets), batch_size=2))
     finally:
         est.shutdown()
-    assert "without from_torch(model_dir=...): nothing is checkpointed" in caplog.text
     assert [h["epoch"] for h in history] == [1, 2] and history[-1]["num_samples"] == 6
     assert result["num_samples"] == 6 and isinstance(result["Accuracy"], torch.Tensor)
     assert isinstance(est.get_model(), nn.Module)

@@ -16,6 +16,7 @@ from __future__ import annotations
 from typing import Any, ClassVar
 
 from orca.core import context as context_module
+from orca.core._warn import warn_once
 from orca.core.context import OrcaContext, RayRuntime
 
 
@@ -83,7 +84,7 @@ class OrcaRayContext:
             :attr:`address_info`.
         """
         if driver_cores:
-            context_module._warn_once(
+            warn_once(
                 "OrcaRayContext.init(driver_cores)",
                 f"OrcaRayContext.init(driver_cores={driver_cores}) has no effect: Orca's workers run on the "
                 "Ray nodes init_orca_context started (cores= each); the driver's Ray node takes no tasks.")

@@ -24,7 +24,6 @@ import sys
 import tempfile
 import threading
 import uuid
-import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -42,6 +41,7 @@ from orca.core._ray_auth import AuthEnv, auth_env, new_token
 from orca.core._ray_auth import current_auth_env as _current_auth_env
 from orca.core._ray_spark import RayOnSpark, keep_ray_on_loopback, parse_bytes
 from orca.core._spark_conf import SPARK_CLUSTER_MODES, SPARK_OPTIONS, build_spark_conf
+from orca.core._warn import warn_once
 from orca.core.engine.liveness import backstop_s
 
 log = logging.getLogger("orca")
@@ -164,19 +164,6 @@ _class_settings: dict[str, Any] = {}
 _DATA_STORES = {"DRAM": math.inf, "PMEM": math.inf}
 _DISK_STORE = re.compile(r"DISK_\d+")
 _READ_BACKENDS = ("pandas", "spark")
-#: the one-time warnings given so far (by key)
-_warned: set[str] = set()
-
-
-def _warn_once(key: str, message: str) -> None:
-    """Warn (``UserWarning``) once per process for ``key``."""
-    with _lock:
-        if key in _warned:
-            return
-        _warned.add(key)
-    warnings.warn(message, UserWarning, stacklevel=4)
-
-
 def _setting_values(name: str, value: Any) -> dict[str, Any]:
     """The settings that ``<name> = value`` sets, checked and normalised (a reference setting sets
     Orca's own too); warns once for a reference value that has no effect here.
@@ -192,21 +179,21 @@ def _setting_values(name: str, value: Any) -> dict[str, Any]:
             return {name: None}
         store = value.upper()
         if store == "PMEM":
-            _warn_once("train_data_store=PMEM", "OrcaContext.train_data_store='PMEM': Orca does not place "
-                       "data in persistent memory; each worker's share stays in memory as with 'DRAM'.")
+            warn_once("train_data_store=PMEM", "OrcaContext.train_data_store='PMEM': Orca does not place "
+                      "data in persistent memory; each worker's share stays in memory as with 'DRAM'.", stacklevel=3)
         memory_mb = _DATA_STORES.get(store, 0.0)
         return {name: store, "worker_data_memory_mb": memory_mb}
     if name == "pandas_read_backend":
         backend = value.lower()
         if backend == "spark":
-            _warn_once("pandas_read_backend=spark", "OrcaContext.pandas_read_backend='spark' has no effect: "
-                       "Orca's read_csv/read_json read the files with pandas on the workers (no Spark "
-                       "reader); the result is the same pandas XShards.")
+            warn_once("pandas_read_backend=spark", "OrcaContext.pandas_read_backend='spark' has no effect: "
+                      "Orca's read_csv/read_json read the files with pandas on the workers (no Spark "
+                      "reader); the result is the same pandas XShards.", stacklevel=3)
         return {name: backend}
     if name == "serialize_data_creator" and value:
-        _warn_once("serialize_data_creator", "OrcaContext.serialize_data_creator=True has no effect: Orca's "
-                   "data creators run concurrently, one per worker; a creator that downloads to a path "
-                   "other workers share should take a file lock itself.")
+        warn_once("serialize_data_creator", "OrcaContext.serialize_data_creator=True has no effect: Orca's "
+                  "data creators run concurrently, one per worker; a creator that downloads to a path "
+                  "other workers share should take a file lock itself.", stacklevel=3)
     return {name: value}
 
 

@@ -13,6 +13,7 @@ orca-core's tests):
 3. a test module running :class:`orca.core.testing.conformance.EstimatorConformance`.
 """
 
+from orca.core._warn import warn_once, warnings_reset
 from orca.core.codec import register_array_type
 from orca.core.context import OrcaContext, register_spark_jars
 from orca.core.engine.adapters import get_data_source, is_spark_df, is_xshards
@@ -62,5 +63,6 @@ __all__ = [
     "MLflowLogger", "ModelCheckpoint", "NotFittedError", "OrcaContext", "OrcaWorkerError", "Part", "Rendezvous", "Runner", "SeveralIteration", "ShardsSource",
     "Top5Accuracy", "Trigger", "check_class_indices", "check_part", "check_positive_int", "check_writable", "declare",
     "get_data_source", "horovod_install_hint", "hyperparameters", "horovod_module", "is_spark_df", "join_horovod", "leave_horovod", "is_xshards", "make_metrics", "notify_listeners", "pack", "reading_model_file", "register_array_type",
-    "register_spark_jars", "require_model_file", "shard_to_part", "solo_runner", "unpack", "write_checkpoint", "writing_file",
+    "register_spark_jars", "require_model_file", "shard_to_part", "solo_runner", "unpack", "warn_once", "warnings_reset",
+    "write_checkpoint", "writing_file",
 ]

@@ -23,6 +23,7 @@ from orca.core.plugin import (
     reading_model_file,
     require_model_file,
     solo_runner,
+    warn_once,
 )
 from orca.tf import _keras
 from orca.tf._dataset import dataset_adapter, first_rows, is_dataset
@@ -601,9 +602,6 @@ def _creator_of(keras_model: Any, optimizer: Any = None, metrics: Any = None) ->
     return functools.partial(_keras.model_from_spec, _keras.model_to_spec(keras_model, optimizer, metrics))
 
 
-_warned: set[str] = set()
-
-
 class _WithConfig:
     """A data creator called with ``data_config`` merged into its config."""
 
@@ -626,13 +624,8 @@ def _with_data_config(data: Any, data_config: dict[str, Any] | None) -> Any:
         raise TypeError(f"data_config must be a dict, got {type(data_config).__name__}.")
     if _is_creator(data):
         return _WithConfig(data, dict(data_config))
-    if "data_config" not in _warned:
-        _warned.add("data_config")
-        import warnings
-
-        warnings.warn(f"data_config has no effect on {type(data).__name__} data: Orca reads the types from the "
-                      "data itself (no output_signature needed); it is merged into a data creator's config only.",
-                      UserWarning, stacklevel=3)
+    warn_once("tf.data_config", f"data_config has no effect on {type(data).__name__} data: Orca reads the types "
+              "from the data itself (no output_signature needed); it is merged into a data creator's config only.")
     return data
 
 

@@ -29,6 +29,7 @@ from orca.core.plugin import (
     reading_model_file,
     require_model_file,
     solo_runner,
+    warn_once,
     writing_file,
 )
 from orca.torch._callbacks import ModelCheckpoint
@@ -39,13 +40,6 @@ from orca.torch.runner import BigDLTorchRunner, HorovodTorchRunner, TorchRunner
 from torch import nn
 
 log = logging.getLogger("orca")
-_warned: set[str] = set()
-
-
-def _warn_once(key: str, message: str) -> None:
-    if key not in _warned:
-        _warned.add(key)
-        log.warning(message)
 
 
 class _ProfileTimes(Callback):
@@ -279,8 +273,9 @@ class Estimator(BaseEstimator):
             raise TypeError(f"checkpoint_trigger must be orca's EveryEpoch() or SeveralIteration(n) "
                             f"(orca.core.engine.callbacks), got {type(trigger).__name__}.")
         if not self.model_dir:
-            _warn_once("trigger", f"fit(checkpoint_trigger={trigger!r}) without from_torch(model_dir=...): nothing is "
-                                  "checkpointed (as in the reference); pass model_dir to write checkpoints there.")
+            warn_once("torch.fit(checkpoint_trigger)", f"fit(checkpoint_trigger={trigger!r}) without "
+                      "from_torch(model_dir=...): nothing is checkpointed (as in the reference); pass model_dir to "
+                      "write checkpoints there.")
             return []
         if trigger.interval is None:
             return [ModelCheckpoint(os.path.join(self.model_dir, "model-{epoch}"))]
@@ -317,8 +312,8 @@ class Estimator(BaseEstimator):
         cbs = list(callbacks or [])
         mains = _main_callbacks(cbs, "evaluate")
         if len(cbs) > len(mains):
-            _warn_once("evaluate_callbacks", "evaluate(callbacks=...): only a MainCallback runs in evaluate (its "
-                                             "on_val_forward); Orca's callbacks have no evaluation hooks.")
+            warn_once("torch.evaluate(callbacks)", "evaluate(callbacks=...): only a MainCallback runs in evaluate "
+                      "(its on_val_forward); Orca's callbacks have no evaluation hooks.", stacklevel=2)
         states = self._evaluate_states(data, batch_size, feature_cols, label_cols, num_steps=num_steps,
                                        profile=profile, callbacks=mains)
         keys = reference_keys(self.metrics)
@@ -354,7 +349,8 @@ class Estimator(BaseEstimator):
                 raise ValueError(f"predict cannot run {type(cb).__name__}.on_pred_forward: Orca predicts with the "
                                  "model's own forward; put the custom prediction into the model's forward.")
         if callbacks:
-            _warn_once("predict_callbacks", "predict(callbacks=...): callbacks are not run by predict in Orca.")
+            warn_once("torch.predict(callbacks)", "predict(callbacks=...): callbacks are not run by predict in Orca.",
+                      stacklevel=2)
         return super().predict(data, batch_size=batch_size, feature_cols=feature_cols, output_cols=output_cols)
 
     # ------------------------------------------------------------ the reference's state dict

@@ -549,20 +549,28 @@ def _wait_for_ray_nodes(
     if count == 1:
         return
     remaining = max(5.0, deadline - time.monotonic())
-    try:
-        out = subprocess.run(
-            [sys.executable, "-c", _COUNT_NODES, cluster.address, str(count), str(remaining)],
-            env=cluster.env, capture_output=True, text=True, timeout=remaining + 60,
-        )
-    except subprocess.TimeoutExpired as exc:
-        raise RuntimeError(f"Ray cluster at {cluster.address} did not answer: {exc}") from exc
+    # the count runs in a child while this loop watches the nodes: a `ray start` that gave up
+    # ("timed out during startup") fails the wait at once, not when the whole timeout is over
+    with subprocess.Popen([sys.executable, "-c", _COUNT_NODES, cluster.address, str(count), str(remaining)],
+                          env=cluster.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) as counter:
+        try:
+            until = time.monotonic() + remaining + 60
+            while counter.poll() is None:
+                _check_alive(cluster, logs)
+                if time.monotonic() > until:
+                    raise RuntimeError(f"Ray cluster at {cluster.address} did not answer in {remaining + 60:.0f}s")
+                time.sleep(0.5)
+        finally:
+            if counter.poll() is None:
+                counter.kill()
+        stdout, stderr = counter.communicate()
     _check_alive(cluster, logs)
-    lines = out.stdout.strip().splitlines()
-    alive = int(lines[-1]) if out.returncode == 0 and lines else 0
+    lines = stdout.strip().splitlines()
+    alive = int(lines[-1]) if counter.returncode == 0 and lines else 0
     if alive < count:
         raise RuntimeError(
             f"{alive} of {count} Ray nodes alive at {cluster.address} after {timeout_s}s.\n"
-            f"driver: {out.stderr[-2000:]}\n"
+            f"driver: {stderr[-2000:]}\n"
             + "\n".join(f"{p.name}:\n{_tail(p)}" for p in logs)
         )
 

@@ -36,8 +36,24 @@ def skip_unless_runs_on(backend: str, backends: Sequence[str] | None) -> None:
         pytest.skip(LAUNCHER_LEVEL)
 
 
+#: where the CI tier runs the spark launcher across a standalone cluster's executors (the per-framework
+#: standalone tests of orca-tf, orca-mxnet and orca-openvino run in the full matrix: CI time, issue #35)
+STANDALONE_COVERAGE = ("orca-torch's and orca-bigdl's standalone-cluster fits and orca-core's test_hosts.py "
+                       "(the spark launcher across two executors)")
+
+
+def _full_matrix_reason(covered_by: str) -> str:
+    return f"launcher-level test: {covered_by} runs this launcher path in CI; ORCA_FULL_MATRIX=1 runs it here"
+
+
 def skip_unless_full_matrix(covered_by: str) -> None:
     """Skip the calling launcher-level test outside the full matrix; ``covered_by`` names the CI
     tier's test of the same launcher path."""
     if not full_matrix():
-        pytest.skip(f"launcher-level test: {covered_by} runs this launcher path in CI; ORCA_FULL_MATRIX=1 runs it here")
+        pytest.skip(_full_matrix_reason(covered_by))
+
+
+def full_matrix_only(covered_by: str) -> pytest.MarkDecorator:
+    """A mark for a launcher-level test that runs in the full matrix only, skipped before its
+    fixtures start anything (a cluster); ``covered_by`` names the CI tier's test of the same path."""
+    return pytest.mark.skipif(not full_matrix(), reason=_full_matrix_reason(covered_by))
