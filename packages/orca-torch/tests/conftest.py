@@ -45,6 +45,18 @@ class LinearNet(nn.Module):
         return self.fc(x)
 
 
+class TwoHeads(nn.Module):
+    """A two-output model: a score (one value per row) and three class scores."""
+
+    def __init__(self):
+        super().__init__()
+        self.a = nn.Linear(4, 1)
+        self.b = nn.Linear(4, 3)
+
+    def forward(self, x):
+        return self.a(x), self.b(x)
+
+
 def predict_plain(model, x):
     with torch.no_grad():
         return model(torch.from_numpy(np.asarray(x, np.float32))).numpy()

@@ -6,7 +6,7 @@ import numpy as np
 import pandas as pd
 import pytest
 import torch
-from conftest import LinearNet, predict_plain, sgd
+from conftest import LinearNet, TwoHeads, predict_plain, sgd
 from torch import nn
 
 from orca.torch import AUC, MAE, BinaryAccuracy, EarlyStopping, Estimator, ModelCheckpoint, Top5Accuracy
@@ -144,16 +144,6 @@ def test_metrics_are_exact_over_all_workers(orca_context, backend):
     assert b["val_auc"] == pytest.approx(roc_auc_score(yb, probs[:, -1]))
     assert b["val_binary_accuracy"] == pytest.approx(np.mean((probs > 0.5) == yb[:, None]))
     assert b["val_mae"] == pytest.approx(np.mean(np.abs(probs - yb[:, None])), rel=1e-5)
-
-
-class TwoHeads(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.a = nn.Linear(4, 1)
-        self.b = nn.Linear(4, 3)
-
-    def forward(self, x):
-        return self.a(x), self.b(x)
 
 
 def test_multi_output_model_fills_output_cols(spark, backend):

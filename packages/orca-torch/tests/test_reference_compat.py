@@ -12,6 +12,7 @@ import shutil
 import numpy as np
 import pytest
 import torch
+from conftest import TwoHeads
 from torch import nn
 
 from orca.core.engine.checkpoint import read_checkpoint
@@ -479,16 +480,6 @@ def test_orca_torch_metric_names_are_the_torch_metric_classes():
     acc = Accuracy()  # called as the reference's: acc(preds, targets), then acc.compute()
     acc(torch.tensor([[0.1, 0.9], [0.8, 0.2], [0.3, 0.7]]), torch.tensor([1, 0, 0]))
     assert isinstance(acc.compute(), torch.Tensor) and acc.compute().item() == pytest.approx(2 / 3)
-
-
-class TwoHeads(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.score = nn.Linear(4, 1)
-        self.probs = nn.Linear(4, 3)
-
-    def forward(self, x):
-        return self.score(x), self.probs(x)
 
 
 def test_a_multi_output_dataframe_prediction_is_one_column_of_each_rows_outputs(spark):
