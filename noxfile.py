@@ -157,6 +157,8 @@ def _runtime_env(session: nox.Session) -> None:
     # live seconds to minutes: C2's optimizing JIT costs them more CPU than it wins back. C1 alone
     # starts a Spark driver on ~40 % less CPU (13 -> 8 CPU-s measured here), and CI's two CPUs are the
     # limit (docs/development.md). Users' JVMs keep the default; ORCA_TEST_JAVA_OPTIONS overrides it.
+    # A test whose JVM streams gigabytes (the memory-limit jobs) gives C2 back to its own JVM
+    # (orca.core.testing.memory_limit.optimizing_jit_env: 88 CPU-s instead of 210).
     java_options = os.environ.get("ORCA_TEST_JAVA_OPTIONS", TEST_JAVA_OPTIONS)
     if java_options:
         session.env["JAVA_TOOL_OPTIONS"] = java_options

@@ -1,7 +1,8 @@
 """Start-up, phase by phase (issue #21): where the seconds go from a fresh process to the first
 training step, for Orca's ``bigdl``, ``spark`` and ``ray`` backends (``orca.torch`` Estimator, 2
-workers x 1 thread, local), Ray Train's ``TorchTrainer`` (2 workers) and Spark's
-``TorchDistributor`` (2 processes, local), on the train part's model and first-scale data.
+workers x 1 thread, local; ``ray`` also with Ray asked for up front, ``orca-ray-up-front``: issue
+#40), Ray Train's ``TorchTrainer`` (2 workers) and Spark's ``TorchDistributor`` (2 processes,
+local), on the train part's model and first-scale data.
 
     python benchmarks/startup.py --out benchmarks/results/startup.json [--quick] [--repeats N]
     python benchmarks/run.py --parts startup          (part ``startup`` of the suite)
@@ -12,7 +13,9 @@ start-up is cold. The child records wall-clock times, relative to its own proces
 (``psutil``), at the end of each phase:
 
   imports  interpreter and framework imports (orca.torch / ray.train / pyspark, and torch)
-  engine   init_orca_context + Spark session; ray.init; SparkSession
+  engine   init_orca_context + Spark session; ray.init; SparkSession. ``orca-ray-up-front``:
+           ``init_orca_context(init_ray_on_spark=True)``, Ray's head started alongside the JVM and
+           a Ray node (2 CPUs) from a Spark job, all in this phase
   ray      Ray started (Orca ``ray`` backend only: Orca starts Ray lazily; empty elsewhere)
   data     the data cached: a Spark DataFrame (Orca), a materialized Ray Dataset (Ray Train);
            TorchDistributor has no data path (its processes build their share in the train function)
@@ -57,16 +60,19 @@ sys.path.insert(0, str(HERE))
 
 from harness import RESULTS, cached_df, fmt, loadavg, median, row, run_child, write_part
 
-SYSTEMS = ("orca-bigdl", "orca-spark", "orca-ray", "orca-bigdl-no-archive", "ray-train", "torch-distributor")
+SYSTEMS = ("orca-bigdl", "orca-spark", "orca-ray", "orca-ray-up-front", "orca-bigdl-no-archive", "ray-train",
+           "torch-distributor")
 #: Orca systems that are not just a backend: (backend, init_orca_context settings)
-ORCA_VARIANTS = {"orca-bigdl-no-archive": ("bigdl", {"jvm_class_cache": False})}
+ORCA_VARIANTS = {"orca-bigdl-no-archive": ("bigdl", {"jvm_class_cache": False}),
+                 "orca-ray-up-front": ("ray", {"init_ray_on_spark": True})}
 #: how long measure() waits for the JVM class archive its priming start builds
 ARCHIVE_WAIT_S = 300
 STAMPS = ("imports", "engine", "ray", "data", "call", "worker", "begin", "step")
 LABELS = {"imports": "imports", "engine": "engine start", "ray": "Ray start", "data": "data cached",
           "call": "Estimator / trainer built", "worker": "call to worker process", "begin": "worker set-up to train begin",
           "step": "first step"}
-TARGETS = {"orca-bigdl": 10.0, "orca-ray": 12.0, "orca-bigdl-no-archive": 10.0}  # issue #21: process start to first step, s
+# issue #21 (and #40 for the up-front ray row): process start to first step, s
+TARGETS = {"orca-bigdl": 10.0, "orca-ray": 12.0, "orca-ray-up-front": 12.0, "orca-bigdl-no-archive": 10.0}
 WORKERS, BATCH = 2, 128
 TIMEOUT_S = 300
 PNG = HERE.parent / "docs" / "benchmarks" / "startup.png"

@@ -437,3 +437,127 @@ def test_the_ports_of_one_ray_node_differ_even_when_every_draw_picks_the_same_nu
     ports = [int(cmd[cmd.index(flag) + 1]) for flag in ("--dashboard-agent-listen-port", "--metrics-export-port")]
     assert len(set(ports)) == 2, ports
     assert len(set(_net.find_free_ports(5))) == 5
+
+
+# ------------------------------------------------- Ray asked for up front: started alongside Spark
+
+UP_FRONT_DRIVER = _driver(
+    """
+    import socket
+    import psutil
+    import ray  # imported ahead, so that the race below is the engines' starts, not this import
+    from orca.core import _ray_spark, context
+    from orca.core._jvm import gateway_process
+    from orca.core._procs import pid_alive, processes_mentioning
+
+    heads = []  # each Ray head the contexts started: its context, address, when it began and was up
+    start_head = _ray_spark.RayOnSpark.start_head
+
+    def recorded(self, host):
+        began = time.time()
+        gcs = start_head(self, host)
+        heads.append({"context": self.context_id, "gcs": gcs, "began": began, "up": time.time()})
+        return gcs
+
+    _ray_spark.RayOnSpark.start_head = recorded
+    spark_up = []
+    start_spark = context.OrcaContext._start_spark
+
+    def timed(self):
+        session = start_spark(self)
+        spark_up.append(time.time())
+        return session
+
+    context.OrcaContext._start_spark = timed
+
+    def engines(context_id):
+        pids = set(ours(None)) | {str(p) for p in processes_mentioning(f"orca-ray-{context_id}")}
+        return {p: psutil.Process(int(p)).name() for p in pids if pid_alive(int(p))}
+
+    def left(context_id):
+        deadline = time.monotonic() + 15  # processes take a moment to exit
+        while engines(context_id) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        return sorted(set(engines(context_id).values()))
+
+    def answers(address):
+        host, port = address.rsplit(":", 1)
+        try:
+            socket.create_connection((host, int(port)), timeout=1).close()
+            return True
+        except OSError:
+            return False
+
+    def failed_start(**kwargs):
+        heads.clear()
+        try:
+            init_orca_context(cores=2, memory="1g", init_ray_on_spark=True, **kwargs)
+            return {"error": None}
+        except Exception as exc:
+            head = heads[0] if heads else None
+            return {"error": type(exc).__name__ + ": " + str(exc)[:600], "active": OrcaContext.active() is not None,
+                    "head_was_up": head is not None, "head_answers": bool(head) and answers(head["gcs"]),
+                    "jvm": gateway_process() is not None, "left": left(head["context"] if head else "-")}
+
+    # Ray refuses to start a head while RAY_ADDRESS names a cluster to join (before it starts a process)
+    os.environ["RAY_ADDRESS"] = "127.0.0.1:1"
+    report = {"ray_fails": failed_start()}
+    del os.environ["RAY_ADDRESS"]
+    report["spark_fails"] = failed_start(conf={"spark.task.cpus": "3"})  # Spark refuses the conf
+    heads.clear()
+    sc = init_orca_context(cores=2, memory="1g", init_ray_on_spark=True)
+    runtime = sc.ray_runtime()
+    head = heads[0]
+    gcs = [p for p, n in engines(head["context"]).items() if n == "gcs_server"]
+    report["both"] = {
+        "mode": runtime.mode, "worker_cpus": [c for _, c in runtime.worker_nodes], "nodes": runtime.num_nodes,
+        "sum": sc.parallelize(range(10), 2).sum(),
+        "ray_sum": ray.get(ray.remote(lambda: 1 + 1).remote()),
+        "jvm_created": psutil.Process(gateway_process().pid).create_time(),
+        "gcs_created": psutil.Process(int(gcs[0])).create_time(), "head_up": head["up"], "spark_up": spark_up[-1],
+    }
+    stop_orca_context()
+    report["both"]["left"] = left(head["context"])
+    print(json.dumps(report))
+    """
+)
+
+
+@pytest.fixture(scope="module")
+def up_front_report() -> dict[str, Any]:
+    """One driver, three ``init_orca_context(init_ray_on_spark=True)``: Ray's head fails, Spark
+    fails, both start (then stop)."""
+    return dict(run_python(UP_FRONT_DRIVER, timeout_s=240))
+
+
+@pytest.mark.timeout(300)
+def test_ray_asked_for_up_front_starts_its_head_while_the_jvm_starts(up_front_report: dict[str, Any]) -> None:
+    """``init_ray_on_spark=True``: the Ray head's processes and the JVM start at the same time: the
+    head's GCS server began before Spark's session was up and the JVM before the head was up (one
+    after the other, the GCS server would begin after the session was up)."""
+    both = up_front_report["both"]
+    began = max(both["jvm_created"], both["gcs_created"])
+    assert began < min(both["spark_up"], both["head_up"]), both
+    assert both["mode"] == "on_spark" and both["nodes"] == 2 and both["worker_cpus"] == [2], both
+    assert both["sum"] == 45 and both["ray_sum"] == 2
+    assert both["left"] == []
+
+
+@pytest.mark.timeout(300)
+def test_a_ray_head_that_fails_beside_spark_raises_its_error_and_stops_spark(up_front_report: dict[str, Any]) -> None:
+    failed = up_front_report["ray_fails"]
+    assert failed["error"].startswith("RuntimeError: Ray did not start (Ray-on-Spark's head on the driver"), failed
+    assert "ValueError: When connecting to an existing cluster, num_cpus" in failed["error"], failed
+    assert failed["active"] is False and failed["jvm"] is False
+    assert not ENGINES & set(failed["left"]), failed
+
+
+@pytest.mark.timeout(300)
+def test_a_spark_that_fails_beside_the_ray_head_raises_its_error_and_stops_the_head(
+        up_front_report: dict[str, Any]) -> None:
+    failed = up_front_report["spark_fails"]
+    assert failed["error"].startswith("RuntimeError: Spark did not start"), failed
+    assert "cpus per task = 3" in failed["error"]
+    assert failed["head_was_up"] is True and failed["head_answers"] is False, failed  # it started, then stopped
+    assert failed["active"] is False and failed["jvm"] is False
+    assert not ENGINES & set(failed["left"]), failed

@@ -127,7 +127,7 @@ def test_fit_profile_adds_each_epochs_timing(orca_context, two_halves, backend):
     assert "profile" not in plain[0]
 
 
-def test_predict_takes_profile_and_callbacks_and_refuses_a_custom_prediction_step(orca_context, two_halves):
+def test_predict_takes_profile_and_callbacks_and_runs_a_custom_prediction_step(orca_context, two_halves):
     class CustomPrediction(MainCallback):
         def on_pred_forward(self, runner):
             runner.output = runner.model(*runner.batch) * 2
@@ -136,12 +136,12 @@ def test_predict_takes_profile_and_callbacks_and_refuses_a_custom_prediction_ste
     try:
         expected = est.predict(two_halves["x"], batch_size=8)
         got = est.predict(two_halves["x"], batch_size=8, profile=True, callbacks=[Callback()])
-        with pytest.raises(ValueError, match="on_pred_forward"):
-            est.predict(two_halves["x"], batch_size=8, callbacks=[CustomPrediction()])
+        custom = est.predict(two_halves["x"], batch_size=8, callbacks=[CustomPrediction()])
     finally:
         est.shutdown()
     np.testing.assert_array_equal(got, expected)
     np.testing.assert_array_equal(expected, two_halves["x"])  # w = 1
+    np.testing.assert_array_equal(custom, 2 * two_halves["x"])  # the hook ran in the workers
 
 
 # ---------------------------------------------------------------- 2. get_state_dict / load_state_dict

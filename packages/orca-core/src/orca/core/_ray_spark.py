@@ -133,14 +133,19 @@ class RayOnSpark:
                 message names the choices: fix the executors, ``ray_on_driver=True``, or
                 ``address=`` of a running Ray cluster).
         """
+        host = self.driver_host
+        executors = self._wait_for_executors(self.spark.sparkContext)
+        self.start_head(host)
+        return self.start_nodes(auth, executors)
+
+    def start_head(self, host: str) -> str:
+        """Start the head on this driver, bound to ``host`` (``spark.driver.host``); return the GCS
+        address. Needs no Spark: ``init_orca_context(init_ray_on_spark=True)`` runs it while the
+        JVM starts. The caller has set Ray's environment (auth) already."""
         import ray
 
-        sc = self.spark.sparkContext
-        host = self.driver_host
-        loopback = host in ("127.0.0.1", "localhost")
-        if loopback:
+        if host in ("127.0.0.1", "localhost"):
             keep_ray_on_loopback()
-        executors = self._wait_for_executors(sc)
         self.head_temp_dir = tempfile.mkdtemp(prefix=f"{TEMP_PREFIX}{self.context_id}-h")
         ray.init(
             num_cpus=0,
@@ -152,7 +157,18 @@ class RayOnSpark:
             log_to_driver=self.log_to_driver,
             configure_logging=False,
         )
+        return str(ray.get_runtime_context().gcs_address)
+
+    def start_nodes(self, auth: dict[str, str], executors: int | None = None) -> str:
+        """With the head up (:meth:`start_head`) and Spark running: a Ray worker node on every
+        executor; return the GCS address. See :meth:`start` for the errors."""
+        import ray
+
+        sc = self.spark.sparkContext
+        if executors is None:
+            executors = self._wait_for_executors(sc)
         gcs = str(ray.get_runtime_context().gcs_address)
+        loopback = self.driver_host in ("127.0.0.1", "localhost")
         memory, store = node_resources(self.memory, self.object_store_memory)
         self._config = {"gcs": gcs, "context": self.context_id, "num_cpus": self.cores, "memory": memory,
                         "num_gpus": executor_gpus(sc.getConf()), "object_store_memory": store, "loopback": loopback}

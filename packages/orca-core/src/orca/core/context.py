@@ -20,11 +20,12 @@ import math
 import os
 import re
 import shutil
+import signal
 import sys
 import tempfile
 import threading
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -156,6 +157,52 @@ class RayRuntime:
     def worker_nodes(self) -> tuple[tuple[str, int], ...]:
         """``(node id, CPUs)`` of the nodes Orca's workers can run on (a 0-CPU head is left out)."""
         return tuple((n, c) for n, c in zip(self.node_ids, self.cpus_per_node, strict=False) if c > 0)
+
+
+class _Background:
+    """``fn()`` in a daemon thread started now; :meth:`result` returns its value or raises its error."""
+
+    def __init__(self, name: str, fn: Callable[[], Any]) -> None:
+        self._fn = fn
+        self._value: Any = None
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        try:
+            self._value = self._fn()
+        except BaseException as exc:  # noqa: BLE001 - handed to the thread that waits for it
+            self._error = exc
+
+    def join(self) -> None:
+        """Wait for ``fn`` to end (Ctrl-C interrupts the wait)."""
+        self._thread.join()
+
+    @property
+    def ok(self) -> bool:
+        """True when ``fn`` returned (after :meth:`join`)."""
+        return not self._thread.is_alive() and self._error is None
+
+    def result(self) -> Any:
+        """``fn``'s value, or its exception if it raised (after :meth:`join`)."""
+        if self._error is not None:
+            raise self._error
+        return self._value
+
+
+def _cancel_jobs_on_sigint(sc: Any) -> None:
+    """Ctrl-C cancels the running Spark jobs, then raises ``KeyboardInterrupt``: what pyspark sets
+    up when its SparkContext starts in the main thread (here it started in another)."""
+
+    def handler(signum: int, frame: Any) -> None:
+        try:
+            sc.cancelAllJobs()
+        finally:
+            raise KeyboardInterrupt()
+
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGINT, handler)
 
 
 #: settings assigned on the class (``OrcaContext.log_output = True``), for every context started after
@@ -344,14 +391,18 @@ class OrcaContext(metaclass=_ContextType):
 
     def spark_session(self) -> Any:
         """Return this context's SparkSession, starting it on first use."""
-        global _jvm_left
         with _lock:
             if self._spark is None:
-                self._spark = self._start_spark()
-                _jvm_left = False  # a JVM a session's stop left now runs this context's Spark: it ends with it
-                if not is_connect(self._spark):  # (a Spark Connect session has no SparkContext)
-                    _answer_as(self._spark.sparkContext, self)
+                self._adopt_spark(self._start_spark())
             return self._spark
+
+    def _adopt_spark(self, session: Any) -> None:
+        """Make ``session``, just started, this context's."""
+        global _jvm_left
+        self._spark = session
+        _jvm_left = False  # a JVM a session's stop left now runs this context's Spark: it ends with it
+        if not is_connect(session):  # (a Spark Connect session has no SparkContext)
+            _answer_as(session.sparkContext, self)
 
     def _start_spark(self) -> Any:
         if self.cluster_mode == CONNECT_MODE:  # a client of a Spark Connect server: no JVM here
@@ -370,9 +421,7 @@ class OrcaContext(metaclass=_ContextType):
                 active = SparkSession.builder.getOrCreate()
             self._owns_spark = False
             return active
-        entries = build_spark_conf(
-            self.cluster_mode, self.cores, self.memory, self.num_nodes, self.conf, **self._spark_options()
-        )
+        entries = self._spark_conf_entries()
         _add_registered_jars(entries)
         if "spark.barrier.sync.timeout" not in self.conf and self.cluster_mode != "spark-submit":
             # a barrier allGather otherwise waits up to a year for a stuck peer
@@ -485,41 +534,109 @@ class OrcaContext(metaclass=_ContextType):
             self._ray_connected_here = True
             self._ray_auth_env = _current_auth_env()
         elif mode == "on_spark":
-            self._ray_auth_env = auth_env(new_token() if self.ray_auth else None)
-            self._auth.apply(self._ray_auth_env)
-            _venv_bin_on_path()
-            spark = self.spark_session()
-            cluster = RayOnSpark(
-                self.context_id, spark, cores=self.cores, memory=self.memory, num_nodes=self.num_nodes,
-                object_store_memory=self.extra.get("object_store_memory"),
-                timeout_s=self.settings.ray_start_timeout_s, log_to_driver=self.settings.log_output,
-            )
-            self._ray_connected_here = True
-            self._ray_on_spark = cluster
+            cluster = self._ray_on_spark_cluster()
+            cluster.spark = self.spark_session()
             cluster.start(self._ray_auth_env)
         else:
-            # An embedded Ray bound to loopback.
-            self._ray_auth_env = auth_env(new_token() if self.ray_auth else None)
-            self._auth.apply(self._ray_auth_env)
-            # Ray's metrics servers default to fixed ports that another Ray on this machine
-            # may hold; a private temp dir keeps sessions, sockets and logs apart.
-            autoscaler_port, dashboard_port = find_free_ports(2)
-            os.environ.setdefault("AUTOSCALER_METRIC_PORT", str(autoscaler_port))
-            os.environ.setdefault("DASHBOARD_METRIC_PORT", str(dashboard_port))
-            _venv_bin_on_path()
-            self._ray_temp_dir = tempfile.mkdtemp(prefix=f"orca-ray-{self.context_id}-")
-            self._ray_connected_here = True
-            ray.init(
-                num_cpus=int(self.extra.get("ray_num_cpus", self.cores)),
-                include_dashboard=False,
-                _node_ip_address="127.0.0.1",
-                _temp_dir=self._ray_temp_dir,
-                log_to_driver=self.settings.log_output,
-                object_store_memory=self.extra.get("object_store_memory"),
-                configure_logging=False,
-            )
+            self._embedded_ray_env()
+            self._init_embedded_ray()
             started_here = True
         return _runtime_snapshot(mode, started_here)
+
+    def _embedded_ray_env(self) -> None:
+        """An embedded Ray's set-up before ``ray.init``: servers kept on loopback, the context's auth
+        token applied, free metrics ports, this interpreter's ``bin`` on PATH, a private temporary
+        folder (owned by this context from now on: its stop removes it)."""
+        keep_ray_on_loopback()
+        self._ray_auth_env = auth_env(new_token() if self.ray_auth else None)
+        self._auth.apply(self._ray_auth_env)
+        # Ray's metrics servers default to fixed ports that another Ray on this machine
+        # may hold; a private temp dir keeps sessions, sockets and logs apart.
+        autoscaler_port, dashboard_port = find_free_ports(2)
+        os.environ.setdefault("AUTOSCALER_METRIC_PORT", str(autoscaler_port))
+        os.environ.setdefault("DASHBOARD_METRIC_PORT", str(dashboard_port))
+        _venv_bin_on_path()
+        self._ray_temp_dir = tempfile.mkdtemp(prefix=f"orca-ray-{self.context_id}-")
+        self._ray_connected_here = True
+
+    def _init_embedded_ray(self) -> None:
+        """Start the embedded Ray bound to loopback (after :meth:`_embedded_ray_env`)."""
+        import ray
+
+        ray.init(
+            num_cpus=int(self.extra.get("ray_num_cpus", self.cores)),
+            include_dashboard=False,
+            _node_ip_address="127.0.0.1",
+            _temp_dir=self._ray_temp_dir,
+            log_to_driver=self.settings.log_output,
+            object_store_memory=self.extra.get("object_store_memory"),
+            configure_logging=False,
+        )
+
+    def _ray_on_spark_cluster(self) -> RayOnSpark:
+        """Ray-on-Spark's driver side before its head starts: the context's Ray environment (auth
+        token) applied, this interpreter's ``bin`` on PATH, and the cluster object (its ``spark``
+        set once the session runs), owned by this context from now on (its stop stops it)."""
+        self._ray_auth_env = auth_env(new_token() if self.ray_auth else None)
+        self._auth.apply(self._ray_auth_env)
+        _venv_bin_on_path()
+        cluster = RayOnSpark(
+            self.context_id, self._spark, cores=self.cores, memory=self.memory, num_nodes=self.num_nodes,
+            object_store_memory=self.extra.get("object_store_memory"),
+            timeout_s=self.settings.ray_start_timeout_s, log_to_driver=self.settings.log_output,
+        )
+        self._ray_connected_here = True
+        self._ray_on_spark = cluster
+        return cluster
+
+    def _start_spark_and_ray(self) -> None:
+        """Start Spark and Ray, both asked for up front (``init_ray_on_spark=True``), together: the
+        JVM and the Spark session start in a thread (``orca-spark-start``) while this one starts
+        the part of Ray's start that needs no Spark: Ray-on-Spark's head on the driver (it needs
+        only the driver's address, which the Spark configuration names in local mode and where
+        ``driver_host=`` or ``spark.driver.host`` is given; the executors' Ray nodes join it
+        afterwards, from a Spark job). Where Spark is not started here
+        (``spark-submit``, Spark Connect), Ray is connected already or the driver's address is
+        not known before Spark runs, they start one after the other.
+
+        A failure of either raises its own error, naming it, once both have settled; the
+        caller's clean-up (:meth:`stop`) then stops the part that did start.
+        """
+        ray = sys.modules.get("ray")  # (not imported here: its import overlaps the Spark thread's)
+        connected = ray is not None and ray.is_initialized()
+        host = self._spark_conf_entries().get("spark.driver.host")
+        if self.cluster_mode in ("spark-submit", CONNECT_MODE) or connected or not host or \
+                self.ray_mode() != "on_spark":
+            self.spark_session()
+            self.ray_runtime()
+            return
+        cluster = self._ray_on_spark_cluster()
+        what = f"Ray-on-Spark's head on the driver, {host}"
+        # Spark in the thread: Ray ties the processes it starts to the thread that starts them
+        # (they get SIGKILL when it ends), so Ray's part runs here, in the caller's thread
+        spark_start = _Background("orca-spark-start", self._start_spark)
+        ray_error: Exception | None = None
+        try:
+            cluster.start_head(host)
+        except Exception as exc:  # noqa: BLE001 - raised once Spark has settled (and is stopped)
+            ray_error = exc
+        finally:
+            spark_start.join()  # a failed Ray start, or Ctrl-C, then stops a Spark that is up
+            if spark_start.ok:
+                self._adopt_spark(spark_start.result())
+                _cancel_jobs_on_sigint(self._spark.sparkContext)
+        spark_start.result()  # Spark's own error
+        if ray_error is not None:
+            raise RuntimeError(f"Ray did not start ({what}; Spark started alongside and is stopped again): "
+                               f"{type(ray_error).__name__}: {ray_error}") from ray_error
+        cluster.spark = self._spark
+        cluster.start_nodes(self._ray_auth_env)
+        self._ray = _runtime_snapshot("on_spark", False)
+
+    def _spark_conf_entries(self) -> dict[str, str]:
+        """The Spark configuration this context's session starts with (the user's ``conf`` last)."""
+        return build_spark_conf(self.cluster_mode, self.cores, self.memory, self.num_nodes, self.conf,
+                                **self._spark_options())
 
     # ------------------------------------------------------------------ stop
     def stop(self) -> None:
@@ -773,7 +890,7 @@ def init_orca_context(
         runtime: ``"spark"`` starts Spark now and Ray lazily; ``"ray"`` starts Ray now and
             Spark lazily.
         init_ray_on_spark: start Ray-on-Spark now (the Ray head on the driver, a Ray worker
-            node on every executor). On a Spark cluster this is how the ``ray`` backend runs
+            node on every executor), its head while the JVM starts. On a Spark cluster this is how the ``ray`` backend runs
             anyway, started on first use; in local mode it runs one Ray node in Spark's JVM.
         address: attach to a running Ray cluster at this address (``host:port`` or ``auto``).
         conf: extra Spark configuration, applied last.
@@ -846,9 +963,11 @@ def init_orca_context(
         )
         _current = ctx
         try:
-            if runtime == "spark" or init_ray_on_spark:
+            if init_ray_on_spark:  # both now: Ray's head starts while the JVM does
+                ctx._start_spark_and_ray()
+            elif runtime == "spark":
                 ctx.spark_session()
-            if runtime == "ray" or init_ray_on_spark:
+            else:
                 ctx.ray_runtime()
             if ctx._spark is not None and not is_connect(ctx._spark) and \
                     getattr(type(ctx._spark.sparkContext), "_orca_context_face", False):

@@ -33,7 +33,7 @@ from orca.core.engine.checkpoint import (
     write_checkpoint,
     writing_file,
 )
-from orca.core.engine.convert import Part, check_class_indices, check_part, shard_to_part
+from orca.core.engine.convert import Part, check_class_indices, check_part, records, shard_to_part
 from orca.core.engine.errors import NotFittedError, OrcaWorkerError, check_positive_int
 from orca.core.engine.estimator import BaseEstimator, notify_listeners
 from orca.core.engine.feed import Batch
@@ -62,7 +62,7 @@ __all__ = [
     "Callback", "Collective", "CreatorSource", "DataFrameSource", "DataSource", "EarlyStopping", "EveryEpoch", "History", "Metric",
     "MLflowLogger", "ModelCheckpoint", "NotFittedError", "OrcaContext", "OrcaWorkerError", "Part", "Rendezvous", "Runner", "SeveralIteration", "ShardsSource",
     "Top5Accuracy", "Trigger", "check_class_indices", "check_part", "check_positive_int", "check_writable", "declare",
-    "get_data_source", "horovod_install_hint", "hyperparameters", "horovod_module", "is_spark_df", "join_horovod", "leave_horovod", "is_xshards", "make_metrics", "notify_listeners", "pack", "reading_model_file", "register_array_type",
+    "get_data_source", "horovod_install_hint", "hyperparameters", "horovod_module", "is_spark_df", "join_horovod", "leave_horovod", "is_xshards", "make_metrics", "notify_listeners", "pack", "reading_model_file", "records", "register_array_type",
     "register_spark_jars", "require_model_file", "shard_to_part", "solo_runner", "unpack", "warn_once", "warnings_reset",
     "write_checkpoint", "writing_file",
 ]

@@ -1,14 +1,16 @@
 """``MainCallback``: the reference's swappable training step (a custom forward, loss or backward).
 
-A fit (or an evaluate) given a :class:`MainCallback` runs each step through its hooks instead of
-the runner's own: ``on_train_forward(runner)`` sets ``runner.output`` and ``runner.loss`` from
-``runner.batch`` (the batch's input tensors, then its label tensors), ``on_iter_backward(runner)``
-calls ``runner.optimizer.zero_grad()``, ``runner.loss.backward()`` and ``runner.optimizer.step()``,
+A fit, an evaluate or a predict given a :class:`MainCallback` runs each step through its hooks
+instead of the runner's own: ``on_train_forward(runner)`` sets ``runner.output`` and ``runner.loss``
+from ``runner.batch`` (the batch's input tensors, then its label tensors; a ``map<string, ...>``
+label column is one ``{key: tensor}``), ``on_iter_backward(runner)`` calls
+``runner.optimizer.zero_grad()``, ``runner.loss.backward()`` and ``runner.optimizer.step()``,
 ``on_val_forward(runner)`` computes a validation batch's output and loss, ``on_lr_adjust(runner)``
-steps the scheduler after each epoch. The step stays data-parallel: ``runner.optimizer`` averages
-the gradient over all workers before it applies it (a step the hook did not apply is applied after
-it, so every worker applies the same gradient), and ``runner.loss`` is weighted by the batch's
-share of the global batch before the backward.
+steps the scheduler after each epoch, and ``on_pred_forward(runner)`` sets a prediction batch's
+``runner.output`` from its feature tensors. The step stays data-parallel: ``runner.optimizer``
+averages the gradient over all workers before it applies it (a step the hook did not apply is
+applied after it, so every worker applies the same gradient), and ``runner.loss`` is weighted by
+the batch's share of the global batch before the backward.
 """
 
 from __future__ import annotations
@@ -67,6 +69,16 @@ class MainCallback(Callback):
         self.on_iter_forward(runner)
 
     def on_pred_forward(self, runner: Any) -> None:
-        """The reference's prediction hook. ``predict`` does not run it: Orca predicts where the data
-        lives, with the model's own forward (a ``predict`` given a MainCallback that overrides this
-        hook is refused rather than silently ignored)."""
+        """A prediction batch's forward, run by ``predict(callbacks=[this])`` in every worker (under
+        ``torch.no_grad()``, the model in eval mode): set ``runner.output`` from ``runner.batch`` (the
+        batch's feature tensors). The output may be a tensor or numpy array, a dict of them, or a
+        tuple/list of those, each with one row per input row; each top-level output becomes one
+        output column (a dict a struct column keyed by its keys, see ``Estimator.predict``).
+        Default: the model's forward, ``runner.output = runner.model(*runner.batch)``.
+
+        Example:
+            >>> class DictOutput(MainCallback):
+            ...     def on_pred_forward(self, runner):
+            ...         runner.output = {k: v.numpy() for k, v in runner.model(*runner.batch).items()}
+        """
+        runner.output = runner.model(*runner.batch)

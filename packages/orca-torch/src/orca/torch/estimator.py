@@ -331,27 +331,54 @@ class Estimator(BaseEstimator):
     def predict(self, data: Any, batch_size: int = 32, feature_cols: Any = None,  # type: ignore[override]
                 output_cols: Sequence[str] | None = None, profile: bool = False,
                 callbacks: list[Callback] | None = None) -> Any:
-        """Predict ``data`` (see :meth:`orca.core.engine.BaseEstimator.predict`).
+        """Predict ``data`` where it lives (see :meth:`orca.core.engine.BaseEstimator.predict`).
+
+        Each top-level output of the model (or of the MainCallback's ``on_pred_forward``) is one
+        column of a DataFrame result, named by ``output_cols`` (else ``prediction``, or
+        ``prediction_<i>``; several outputs of a number or a vector per row and no ``output_cols``
+        share one ``prediction`` column of ``array<array<T>>``, as the reference's list of vectors):
+
+        - a tensor or array ``(n,)`` or ``(n, 1)``: a number per row; ``(n, k, ...)``: nested arrays;
+        - a dict ``{key: (n, ...)}``: a struct column with a field per key, each as above (``row.y``,
+          ``df.select("prediction.y")``);
+        - a tuple or list: one column per element (``None`` elements are left out).
+
+        An XShards of dicts gets the same outputs under ``prediction`` (a dict output as a dict of
+        arrays; several outputs as a list), a pandas XShards a column per output (a dict output as
+        a column of per-row dicts), numpy data the arrays (a dict of arrays, a list for several).
 
         Args:
+            output_cols: the output columns' names, one per top-level output.
             profile: accepted as in the reference, whose ``predict`` returned the predictions only
                 (its timings never reached the caller): no effect.
-            callbacks: not run (Orca predicts where the data lives, with the model's forward; a warning
-                says so once).
+            callbacks: at most one :class:`MainCallback`; its ``on_pred_forward(runner)`` replaces the
+                model's forward in every worker (Spark executors, Ray actors): ``runner.batch`` is the
+                batch's list of feature tensors, and the hook sets ``runner.output`` (a tensor or numpy
+                array, a dict of them, or a tuple/list of those, each with the batch's rows). It runs
+                under ``torch.no_grad()`` with the model in eval mode. Other callbacks have no
+                prediction hooks (a warning says so once).
 
         Raises:
-            ValueError: a MainCallback that overrides ``on_pred_forward`` (a custom prediction step,
-                which predict cannot run: refused rather than silently ignored).
+            ValueError: more than one MainCallback; a hook that sets no ``runner.output``, or outputs
+                whose rows differ from the batch's (for a DataFrame, found on the driver by a one-row
+                probe before any Spark job; elsewhere from the worker, with its traceback).
+            TypeError: an output that is not a tensor, an array, a dict or a tuple/list of those.
+
+        Example:
+            >>> class Heads(MainCallback):
+            ...     def on_pred_forward(self, runner):
+            ...         score, parts = runner.model(*runner.batch)
+            ...         runner.output = (score.numpy(), {k: v.numpy() for k, v in parts.items()})
+            >>> est.predict(df, feature_cols=["f"], output_cols=["score", "parts"],
+            ...             callbacks=[Heads()])  # doctest: +SKIP
         """
         del profile  # see the docstring
-        for cb in _main_callbacks(callbacks, "predict"):
-            if type(cb).on_pred_forward is not MainCallback.on_pred_forward:
-                raise ValueError(f"predict cannot run {type(cb).__name__}.on_pred_forward: Orca predicts with the "
-                                 "model's own forward; put the custom prediction into the model's forward.")
-        if callbacks:
-            warn_once("torch.predict(callbacks)", "predict(callbacks=...): callbacks are not run by predict in Orca.",
-                      stacklevel=2)
-        return super().predict(data, batch_size=batch_size, feature_cols=feature_cols, output_cols=output_cols)
+        mains = _main_callbacks(callbacks, "predict")
+        if len(callbacks or []) > len(mains):
+            warn_once("torch.predict(callbacks)", "predict(callbacks=...): only a MainCallback runs in predict (its "
+                      "on_pred_forward); Orca's other callbacks have no prediction hooks.", stacklevel=2)
+        return super().predict(data, batch_size=batch_size, feature_cols=feature_cols, output_cols=output_cols,
+                               callbacks=mains)
 
     # ------------------------------------------------------------ the reference's state dict
     def get_state_dict(self) -> dict[str, Any]:

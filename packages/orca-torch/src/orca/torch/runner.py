@@ -32,10 +32,20 @@ from orca.core.plugin import (
     horovod_module,
     join_horovod,
     leave_horovod,
+    records,
 )
 from orca.torch import _codec  # noqa: F401 - registers torch tensors for checkpoints
 from orca.torch._spec import build_loss, build_model, build_optimizer
 from torch import nn
+
+
+def _target(a: Any, float_dtype: torch.dtype) -> Any:
+    """A label array as the loss gets it: a tensor, or ``{key: tensor}`` for the structured array of a
+    ``map<string, ...>`` label column (:func:`orca.core.engine.convert.records`)."""
+    names = getattr(getattr(a, "dtype", None), "names", None)
+    if names is None:
+        return _tensor(a, float_dtype)
+    return {k: _target(a[k], float_dtype) for k in names}
 
 
 def _tensor(a: Any, float_dtype: torch.dtype) -> torch.Tensor:
@@ -109,6 +119,59 @@ class _Buckets:
         for work in self.works:
             work.wait()
         self.reset()
+
+
+def _describe(value: Any) -> str:
+    """``tuple(ndarray (4,), dict{'y': Tensor (4, 1)})``: what a forward or a hook returned, for errors."""
+    if isinstance(value, (torch.Tensor, np.ndarray)):
+        return f"{type(value).__name__} {tuple(value.shape)}"
+    if isinstance(value, dict):
+        return "dict{" + ", ".join(f"{k!r}: {_describe(v)}" for k, v in value.items()) + "}"
+    if isinstance(value, (list, tuple)):
+        return f"{type(value).__name__}(" + ", ".join(_describe(v) for v in value) + ")"
+    return type(value).__name__
+
+
+def _as_numpy(value: Any) -> Any:
+    """Tensors in ``value`` (a tensor, an array, or a dict of them) as numpy arrays."""
+    if isinstance(value, torch.Tensor):
+        return value.detach().cpu().numpy()
+    if isinstance(value, dict):
+        return {k: _as_numpy(v) for k, v in value.items() if v is not None}
+    return value
+
+
+def _prediction_arrays(out: Any, rows: int, where: str) -> list[np.ndarray]:
+    """A prediction step's ``out`` as the engine's outputs, one array per top-level output: a tensor
+    or array is one, a dict one structured array (a field per key), a tuple or list one per element
+    (``None`` elements left out).
+
+    Args:
+        out: what the model's forward or a ``MainCallback.on_pred_forward`` gave.
+        rows: the batch's rows: every output must have as many.
+        where: who gave ``out`` (``the model's forward``, ``MyCallback.on_pred_forward``), for errors.
+
+    Raises:
+        ValueError: no output, a 0-d output, or an output whose rows are not the batch's.
+        TypeError: an output that is neither a tensor, an array, a dict nor a tuple/list of those.
+    """
+    items = [o for o in out if o is not None] if isinstance(out, (list, tuple)) else [out]
+    arrays: list[np.ndarray] = []
+    for item in items:
+        if isinstance(item, dict):
+            arrays.append(records(_as_numpy(item), where))
+        elif isinstance(item, (torch.Tensor, np.ndarray)):
+            arrays.append(np.asarray(_as_numpy(item)))
+        else:
+            raise TypeError(f"{where} gave {_describe(out)}; give a tensor or numpy array per output, a dict of "
+                            "them, or a tuple/list of those.")
+    if not arrays:
+        raise ValueError(f"{where} gave no output ({_describe(out)}); give the batch's predictions.")
+    for arr in arrays:
+        if arr.ndim == 0 or len(arr) != rows:
+            raise ValueError(f"{where} gave {_describe(out)} for a batch of {rows} rows; every output needs one "
+                             f"row per input row (its first dimension {rows}).")
+    return arrays
 
 
 def _outputs(out: Any) -> list[torch.Tensor]:
@@ -198,7 +261,7 @@ class TorchRunner(Runner):
         except RuntimeError as exc:
             msg = str(exc)
             if "scalar type" in msg or "not implemented for" in msg or "expected" in msg.lower() and "type" in msg:
-                dtypes = [str(t.dtype) for t in y]
+                dtypes = [str(t.dtype) if isinstance(t, torch.Tensor) else _describe(t) for t in y]
                 raise TypeError(f"the loss {type(self.loss_fn).__name__} rejected labels of dtype {dtypes}: {msg}. "
                                 "Cast the label column (e.g. to long for class indices, to float for regression)."
                                 ) from None
@@ -268,7 +331,7 @@ class TorchRunner(Runner):
         value = 0.0
         if batch.size > 0:
             out = self._forward(batch.x)
-            loss = self._loss(out, [_tensor(a, self.float_dtype) for a in batch.y])
+            loss = self._loss(out, [_target(a, self.float_dtype) for a in batch.y])
             (loss if batch.weight == 1.0 else loss * batch.weight).backward()
             value = float(loss.detach())
         if not alone:
@@ -281,7 +344,7 @@ class TorchRunner(Runner):
     def _hook_view(self, batch: Batch) -> Any:
         """The main callback's runner view holding ``batch`` as the reference's ``runner.batch``."""
         view = self.main_callback._runner_view()
-        view.batch = [*(_tensor(a, self.float_dtype) for a in batch.x), *(_tensor(a, self.float_dtype) for a in batch.y)]
+        view.batch = [*(_tensor(a, self.float_dtype) for a in batch.x), *(_target(a, self.float_dtype) for a in batch.y)]
         view.output = view.loss = view.target = None
         return view
 
@@ -324,16 +387,29 @@ class TorchRunner(Runner):
                 view.batch = view.output = view.loss = view.target = None
             else:
                 out = self._forward(batch.x)
-                loss = self._loss(out, [_tensor(a, self.float_dtype) for a in batch.y]) if self.loss_fn else None
+                loss = self._loss(out, [_target(a, self.float_dtype) for a in batch.y]) if self.loss_fn else None
         self.model.train()
         outs = [o.detach().cpu().numpy() for o in _outputs(out)]
         return (float(loss) if loss is not None else float("nan")), outs
 
     def predict_batch(self, batch: Batch) -> list[np.ndarray]:
+        """The batch's outputs (see :func:`_prediction_arrays`), from the model's forward or, while a
+        MainCallback is bound (``predict(callbacks=[...])``), its ``on_pred_forward``."""
         self.model.eval()
         with torch.no_grad():
-            out = self._forward(batch.x)
-        return [o.detach().cpu().numpy() for o in _outputs(out)]
+            if self.main_callback is None:
+                return _prediction_arrays(self._forward(batch.x), batch.size, "the model's forward")
+            view = self._hook_view(batch)
+            hook = f"{type(self.main_callback).__name__}.on_pred_forward"
+            try:
+                self.main_callback.on_pred_forward(view)
+                out = view.output
+            finally:
+                view.batch = view.output = view.loss = view.target = None
+        if out is None:
+            raise ValueError(f"{hook} set no runner.output (it is None after the hook); set runner.output to the "
+                             "batch's predictions: a tensor or numpy array, a dict of them, or a tuple/list of those.")
+        return _prediction_arrays(out, batch.size, hook)
 
     def on_epoch_end(self, epoch: int) -> None:
         self.epoch = epoch + 1

@@ -85,7 +85,8 @@ def _shard_verdict(shard: Any, fcols: list[str] | None, lcols: list[str] | None,
 def spark_column_check(
     df: Any, feature_cols: list[str], label_cols: list[str], arg: str, allow_strings: bool = False
 ) -> None:
-    """Check that the named DataFrame columns exist and hold numbers, arrays or ml Vectors.
+    """Check that the named DataFrame columns exist and hold numbers, arrays or ml Vectors (a label
+    column may also be a ``map<string, T>`` of those: a dict of targets).
 
     Raises:
         ValueError: a missing column (the message lists the DataFrame's columns).
@@ -103,6 +104,9 @@ def spark_column_check(
                 )
             dtype = fields[name].dataType
             base = dtype
+            keyed = role == "label" and isinstance(base, T.MapType) and isinstance(base.keyType, T.StringType)
+            if keyed:
+                base = base.valueType  # a dict of targets, {key: tensor} for the loss (convert.records)
             while isinstance(base, T.ArrayType):
                 base = base.elementType
             ok = isinstance(base, (T.NumericType, T.BooleanType)) or type(base).__name__ == "VectorUDT"
@@ -113,6 +117,26 @@ def spark_column_check(
                     f"{arg}: {role} column {name!r} has type {dtype.simpleString()}; it must be numeric, an "
                     "array of numbers or an ml Vector. Encode it first (e.g. StringIndexer, VectorAssembler)."
                 )
+            if keyed:
+                _check_map_keys(df, name, arg)
+
+
+def _check_map_keys(df: Any, name: str, arg: str) -> None:
+    """Refuse a map label column whose rows have different keys (one small Spark job over the keys):
+    the loss gets one ``{key: tensor}`` per batch, so every row (on every worker) needs the same keys.
+
+    Raises:
+        ValueError: naming the column and two different key sets.
+    """
+    from pyspark.sql import functions as F
+
+    keys = F.array_sort(F.map_keys(df[name])).alias("keys")
+    seen = df.select(keys).where(F.col("keys").isNotNull()).distinct().limit(2).collect()
+    if len(seen) > 1:
+        a, b = sorted(list(r["keys"]) for r in seen)
+        raise ValueError(f"{arg}: label column {name!r} holds maps with different keys ({a} in some rows, {b} in "
+                         "others); every row needs the same keys (the loss gets one {key: tensor} per batch). "
+                         "Fill in the missing keys or drop those rows first.")
 
 
 def get_data_source(

@@ -7,7 +7,7 @@ so they import nothing heavier than numpy, pandas and pyarrow.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import numpy as np
@@ -27,10 +27,16 @@ def arrow_column_to_numpy(col: pa.Array | pa.ChunkedArray, name: str) -> np.ndar
         if col.num_chunks > 1 and not isinstance(col.type, pa.ExtensionType):
             # each chunk as a view, joined by one copy (combine_chunks, then a copy to numpy, made two)
             parts = [arrow_column_to_numpy(c, name) for c in col.chunks]
+            parts = [p for p in parts if len(p)] or parts[:1]  # an empty chunk knows no row shape (nor keys)
             shapes = sorted({p.shape[1:] for p in parts})
             if len(shapes) > 1:
                 raise ValueError(f"column {name!r} holds arrays of different shapes ({shapes[0]}..{shapes[-1]}); "
                                  "every row must have the same shape.")
+            kinds = list(dict.fromkeys(p.dtype for p in parts))
+            if len(kinds) > 1 and any(k.names is not None for k in kinds):
+                raise ValueError(f"column {name!r} holds maps with different keys or value shapes "
+                                 f"({_describe_records(kinds[0])} and {_describe_records(kinds[1])}); every row "
+                                 "must have the same keys, each with values of one shape.")
             return np.concatenate(parts)
         col = col.combine_chunks() if col.num_chunks != 1 else col.chunk(0)
     if col.null_count:
@@ -38,6 +44,8 @@ def arrow_column_to_numpy(col: pa.Array | pa.ChunkedArray, name: str) -> np.ndar
             f"column {name!r} has {col.null_count} null value(s); drop or fill them first "
             f"(df.na.drop(subset=[{name!r}]) or df.na.fill(...))."
         )
+    if pa.types.is_map(col.type):
+        return _map_to_records(col, name)
     if isinstance(col.type, pa.ExtensionType):  # e.g. Ray Data's tensor columns know their shape
         values = col.to_numpy(zero_copy_only=False)
         return np.stack(values) if values.dtype == object else values
@@ -68,6 +76,116 @@ def arrow_column_to_numpy(col: pa.Array | pa.ChunkedArray, name: str) -> np.ndar
     else:
         values = arr.to_numpy(zero_copy_only=False)
     return values.reshape(shape)
+
+
+# ---------------------------------------------------------------------------- keyed arrays (records)
+# A dict of arrays with one row per sample (a map<string, ...> label column, a model's dict output)
+# travels as one numpy *structured* array: a field per key, each with its own dtype and row shape.
+# It slices, shuffles, concatenates, spills to disk and pickles as any array does, so the engine's
+# one-array-per-input (and per-output) plumbing carries it unchanged.
+
+
+def records(mapping: Any, where: str) -> np.ndarray:
+    """One structured array holding ``mapping``'s arrays (``{key: array of n rows}``, values may be
+    such dicts themselves), a field per key in ``mapping``'s order.
+
+    Args:
+        mapping: a dict of string keys to array-likes with the same number of rows.
+        where: what produced ``mapping``, for errors.
+
+    Raises:
+        ValueError: an empty dict, a 0-d value or values with different numbers of rows.
+        TypeError: a key that is not a string, or a value that is neither an array nor such a dict.
+    """
+    if not mapping:
+        raise ValueError(f"{where} gave an empty dict; a dict output needs at least one key.")
+    fields: list[tuple[str, np.ndarray]] = []
+    for key, value in mapping.items():
+        if not isinstance(key, str):
+            raise TypeError(f"{where} gave a dict with the key {key!r} ({type(key).__name__}); keys must be strings.")
+        arr = records(value, f"{where}[{key!r}]") if isinstance(value, dict) else np.asarray(value)
+        if arr.dtype == object:
+            raise TypeError(f"{where}[{key!r}] is {type(value).__name__}, not an array of numbers.")
+        if arr.ndim == 0:
+            raise ValueError(f"{where}[{key!r}] is a single value (0-d); give one row per sample.")
+        fields.append((key, arr))
+    rows = {len(a) for _, a in fields}
+    if len(rows) > 1:
+        sizes = ", ".join(f"{k!r}: {len(a)}" for k, a in fields)
+        raise ValueError(f"{where} gave a dict whose values have different numbers of rows ({sizes}); each value "
+                         "needs one row per sample.")
+    out = np.empty(rows.pop(), np.dtype([(k, a.dtype, a.shape[1:]) for k, a in fields]))
+    for key, arr in fields:
+        out[key] = arr
+    return out
+
+
+def as_mapping(arr: np.ndarray) -> dict[str, Any]:
+    """A structured array (:func:`records`) as ``{key: array}`` (nested records as nested dicts)."""
+    assert arr.dtype.names is not None
+    return {k: as_mapping(arr[k]) if arr.dtype[k].names is not None else np.ascontiguousarray(arr[k])
+            for k in arr.dtype.names}
+
+
+def user_value(value: Any) -> Any:
+    """What a caller gets of an output the engine carried: a structured array becomes its dict of
+    arrays (:func:`as_mapping`), a list or tuple is converted element by element, anything else is
+    returned as it is."""
+    if isinstance(value, np.ndarray) and value.dtype.names is not None:
+        return as_mapping(value)
+    if isinstance(value, (list, tuple)):
+        return type(value)(user_value(v) for v in value)
+    return value
+
+
+def _describe_records(dtype: np.dtype) -> str:
+    """``{'a': float32 (3,), 'b': float32}``: a structured dtype's keys and value shapes."""
+    parts = []
+    for key in dtype.names or ():
+        sub = dtype[key]
+        parts.append(f"{key!r}: {sub.base}" + (f" {sub.shape}" if sub.shape else ""))
+    return "{" + ", ".join(parts) + "}"
+
+
+def _map_to_records(col: Any, name: str) -> np.ndarray:
+    """A ``map<string, T>`` column (``T`` numbers or fixed-length lists of them) as a structured
+    array, a field per key (sorted, so that every batch of the column gets the same dtype).
+
+    Raises:
+        ValueError: rows with different keys (the first such row named), duplicate keys, null values.
+    """
+    import pyarrow.compute as pc
+
+    n = len(col)
+    offsets = np.asarray(col.offsets, dtype=np.int64)  # absolute positions in the (unsliced) keys/items
+    keys, items = col.keys, col.items
+    if n == 0:
+        return np.empty(0, np.dtype([]))
+
+    def row_keys(r: int) -> list[Any]:
+        return keys.slice(int(offsets[r]), int(offsets[r + 1] - offsets[r])).to_pylist()
+
+    first = row_keys(0)
+    if not first or not all(isinstance(k, str) for k in first) or len(set(first)) != len(first):
+        raise ValueError(f"column {name!r}: row 0's map has the keys {first}; a map column needs the same "
+                         "non-empty set of string keys in every row.")
+    names = sorted(first)
+    lengths = np.diff(offsets)
+    index = pc.index_in(keys.slice(int(offsets[0]), int(offsets[-1] - offsets[0])), value_set=pa.array(names))
+    idx = index.fill_null(-1).to_numpy(zero_copy_only=False).astype(np.int64)
+    bad = lengths != len(names)
+    if not bad.any():
+        idx = idx.reshape(n, len(names))
+        order = np.argsort(idx, axis=1, kind="stable")
+        bad = (np.take_along_axis(idx, order, axis=1) != np.arange(len(names))).any(axis=1)
+    if bad.any():
+        r = int(np.flatnonzero(bad)[0])
+        raise ValueError(f"column {name!r}: every row's map must have the same keys, but row 0 has {names} and "
+                         f"row {r} has {sorted(row_keys(r), key=str)}; fill in the missing keys (or drop those rows) "
+                         "first.")
+    positions = offsets[:-1, None] + order  # (row, key) -> the entry holding that key's value
+    return records({key: arrow_column_to_numpy(items.take(pa.array(positions[:, j])), f"{name}[{key!r}]")
+                    for j, key in enumerate(names)}, f"column {name!r}")
 
 
 def table_to_part(
@@ -161,6 +279,15 @@ def _array_name(kind: str, i: int, names: Sequence[str] | None) -> str:
     return f"{what} array #{i} ('{kind}')"
 
 
+def _leaves(a: np.ndarray, key: str = "") -> Iterator[tuple[str, np.ndarray]]:
+    """``("", a)`` for a plain array; ``("['k']", a['k'])``... for each field of a structured one."""
+    if a.dtype.names is None:
+        yield key, a
+        return
+    for name in a.dtype.names:
+        yield from _leaves(a[name], f"{key}[{name!r}]")
+
+
 def check_finite(part: Part, where: str, feature_names: Sequence[str] | None = None,
                  label_names: Sequence[str] | None = None) -> None:
     """Refuse NaN and Inf in the float arrays of a part (training and evaluation data).
@@ -171,18 +298,19 @@ def check_finite(part: Part, where: str, feature_names: Sequence[str] | None = N
         ValueError: naming the column (or array), how many values and the first row.
     """
     for kind, names in (("x", feature_names), ("y", label_names)):
-        for i, a in enumerate(part[kind]):
-            # a finite sum means finite values (NaN and Inf carry into it) and takes no memory; only a sum
-            # that is not (a NaN, an Inf, or finite values overflowing it) needs the element-wise look
-            if a.dtype.kind not in "fc" or np.isfinite(a.sum()) or np.isfinite(a).all():
-                continue
-            bad = ~np.isfinite(a)
-            first = int(np.argwhere(bad.reshape(len(a), -1).any(axis=1))[0][0])
-            raise ValueError(
-                f"{where}: {_array_name(kind, i, names)} holds {int(bad.sum())} NaN/Inf value(s) (the first in "
-                f"row {first}); a model cannot train or be scored on them. Drop or fill them first "
-                "(df.na.drop / df.na.fill, or np.nan_to_num / a mask for arrays)."
-            )
+        for i, whole in enumerate(part[kind]):
+            for key, a in _leaves(whole):
+                # a finite sum means finite values (NaN and Inf carry into it) and takes no memory; only a sum
+                # that is not (a NaN, an Inf, or finite values overflowing it) needs the element-wise look
+                if a.dtype.kind not in "fc" or np.isfinite(a.sum()) or np.isfinite(a).all():
+                    continue
+                bad = ~np.isfinite(a)
+                first = int(np.argwhere(bad.reshape(len(a), -1).any(axis=1))[0][0])
+                raise ValueError(
+                    f"{where}: {_array_name(kind, i, names)}{key} holds {int(bad.sum())} NaN/Inf value(s) (the "
+                    f"first in row {first}); a model cannot train or be scored on them. Drop or fill them first "
+                    "(df.na.drop / df.na.fill, or np.nan_to_num / a mask for arrays)."
+                )
 
 
 def check_class_indices(labels: Any, num_classes: int, loss: str, ignore_index: int | None = None) -> None:
@@ -233,7 +361,7 @@ def check_part(part: Part, need_labels: bool, where: str) -> None:
                          "features and labels with one row per sample (the same length).")
     for kind in ("x", "y"):
         for i, a in enumerate(part[kind]):
-            if a.dtype.kind not in "biuf":
+            if any(leaf.dtype.kind not in "biuf" for _, leaf in _leaves(a)):
                 what = "feature" if kind == "x" else "label"
                 raise TypeError(
                     f"{where}: {what} #{i} has dtype {a.dtype}, which is not numeric; encode it as numbers "

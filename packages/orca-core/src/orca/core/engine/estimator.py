@@ -21,6 +21,7 @@ import numpy as np
 from orca.core import _active
 from orca.core.engine.backend import Backend, resolve_backend
 from orca.core.engine.callbacks import Callback, latest_checkpoint
+from orca.core.engine.convert import user_value
 from orca.core.engine.errors import OrcaWorkerError, WorkerLostError, check_positive_int
 from orca.core.engine.feed import check_shuffle
 from orca.core.engine.group import ModelState, WorkerGroup
@@ -421,26 +422,31 @@ class BaseEstimator:
         """Raise NotFittedError when there is no model to run (frameworks override)."""
 
     def predict(self, data: Any, batch_size: int = 32, feature_cols: Any = None,
-                output_cols: Sequence[str] | None = None) -> Any:
+                output_cols: Sequence[str] | None = None, callbacks: Sequence[Callback] | None = None) -> Any:
         """Predict ``data``; the result has the input's container type.
 
         Spark DataFrame -> DataFrame with a ``prediction`` column (or ``output_cols``);
         XShards -> XShards whose shards gain ``prediction``; ndarray (or list/dict) ->
-        ndarray (a list of arrays for several outputs).
+        ndarray (a list of arrays for several outputs). Each top-level output is one column
+        (key); a dict output (the runner's structured array, see
+        :func:`orca.core.engine.convert.records`) is a struct column in a DataFrame (a field per
+        key) and a dict of arrays elsewhere. ``callbacks`` are bound to every worker's runner for
+        the pass (a framework's may customise its prediction step).
         """
         self._require_model()
         self._check_batch_size(batch_size)
         src = self._source(data, feature_cols, None, False, "data")
         if src.is_creator:
             raise TypeError("predict takes data, not a data-creator function.")
+        cbs = list(callbacks or [])
         if src.on_executors:
             return src.predict_on_executors(self.runner_cls, self.spec, self._model.value, batch_size, output_cols,
-                                            self._threads())
+                                            self._threads(), callbacks=cbs)
         group = self._workers()
         with self._watched(group):
             group.prepare(src)
-            outputs = group.predict(self._model, src, batch_size)
-        return src.with_predictions(outputs, output_cols)
+            outputs = group.predict(self._model, src, batch_size, callbacks=cbs)
+        return user_value(src.with_predictions(outputs, output_cols))
 
     def worker_weight_digests(self) -> list[str]:
         """Digests of every worker's weights at the end of the last ``fit``.

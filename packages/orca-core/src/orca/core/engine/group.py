@@ -137,8 +137,10 @@ class WorkerGroup(abc.ABC):
         :func:`evaluate_on_worker` as it is."""
 
     @abc.abstractmethod
-    def predict(self, state: ModelState, source: Any, batch_size: int) -> list[np.ndarray]:
-        """The model's outputs for every row of ``source``, in its row order (one array per output)."""
+    def predict(self, state: ModelState, source: Any, batch_size: int,
+                callbacks: Sequence[Any] = ()) -> list[np.ndarray]:
+        """The model's outputs for every row of ``source``, in its row order (one array per output);
+        ``callbacks`` are bound to each worker's runner for the pass (:func:`predict_on_worker`)."""
 
     def shutdown(self) -> None:  # noqa: B027 - launchers without long-lived workers have nothing to stop
         """Stop the workers (the state stays on the driver)."""
@@ -193,9 +195,10 @@ def evaluate_on_worker(runner: Runner, batches: Iterable[Batch], metrics: Any) -
         callbacks.close()
 
 
-def predict_on_worker(runner: Runner, feed: Feed, batch_size: int) -> list[np.ndarray]:
-    """One worker's outputs for ``feed``."""
-    return run_predict(runner, feed, batch_size)
+def predict_on_worker(runner: Runner, feed: Feed, batch_size: int,
+                      callbacks: Sequence[Any] = ()) -> list[np.ndarray]:
+    """One worker's outputs for ``feed`` (``callbacks`` bound to ``runner`` for the pass)."""
+    return run_predict(runner, feed, batch_size, callbacks)
 
 
 # ---------------------------------------------------------------------------- driver side

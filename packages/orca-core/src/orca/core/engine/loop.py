@@ -329,12 +329,20 @@ def _rank_stats(local: dict[str, Any]) -> dict[str, Any]:
             "train_loss": own.result(), "loss": own.result()}
 
 
-def run_predict(runner: Runner, feed: Rows, batch_size: int) -> list[np.ndarray]:
-    """Predict every row of ``feed``; returns one array per model output."""
+def run_predict(runner: Runner, feed: Rows, batch_size: int,
+                callbacks: Sequence[Callback] = ()) -> list[np.ndarray]:
+    """Predict every row of ``feed``; returns one array per model output (a dict output as one
+    structured array, see :func:`orca.core.engine.convert.records`). ``callbacks`` are bound to
+    ``runner`` for the pass (a framework's may customise its prediction step)."""
     outs: list[list[np.ndarray]] = []
-    for out in runner.predict_batches(feed.batches(batch_size)):
-        outs.append([np.asarray(o) for o in out])
-        beat("predicting")
+    bound = CallbackList(callbacks, runner, runner.rank, runner.world) if callbacks else None
+    try:
+        for out in runner.predict_batches(feed.batches(batch_size)):
+            outs.append([np.asarray(o) for o in out])
+            beat("predicting")
+    finally:
+        if bound is not None:
+            bound.close()
     if not outs:
         return []
     return [np.concatenate([o[i] for o in outs]) for i in range(len(outs[0]))]

@@ -12,19 +12,40 @@ import numpy as np
 import pandas as pd
 
 from orca.core.engine.addrspace import economize
+from orca.core.engine.callbacks import Callback
 from orca.core.engine.connect import is_connect, launch_context
-from orca.core.engine.convert import shard_to_part, spark_select, table_to_part
+from orca.core.engine.convert import shard_to_part, spark_select, table_to_part, user_value
 from orca.core.engine.feed import Feed
 from orca.core.engine.loop import run_predict
 from orca.core.engine.runner import solo_runner
-from orca.core.engine.spark_backend import broadcast_runner, cached_runner
+from orca.core.engine.spark_backend import broadcast_runner, cached_runner, runner_digest
 
 
 def _arrow_type(arr: np.ndarray) -> Any:
+    """The Arrow type of an output's column: its dtype in one list per dimension past the rows; a
+    structured (dict) output is a struct of its keys (see :func:`_value_type`)."""
     import pyarrow as pa
 
-    base = pa.from_numpy_dtype(arr.dtype)
+    base = _struct_type(arr.dtype) if arr.dtype.names is not None else pa.from_numpy_dtype(arr.dtype)
     for _ in range(arr.ndim - 1):
+        base = pa.list_(base)
+    return base
+
+
+def _struct_type(dtype: np.dtype) -> Any:
+    """A dict output's struct: a field per key, each its value's type (:func:`_value_type`)."""
+    import pyarrow as pa
+
+    return pa.struct([pa.field(k, _value_type(dtype[k])) for k in dtype.names or ()])
+
+
+def _value_type(sub: np.dtype) -> Any:
+    """The type of one key of a dict output: its values per row, a ``(1,)`` row squeezed to a
+    number as a top-level ``(n, 1)`` output is."""
+    import pyarrow as pa
+
+    base = _struct_type(sub.base) if sub.base.names is not None else pa.from_numpy_dtype(sub.base)
+    for _ in (sub.shape if sub.shape != (1,) else ()):
         base = pa.list_(base)
     return base
 
@@ -32,6 +53,14 @@ def _arrow_type(arr: np.ndarray) -> Any:
 def _arrow_column(arr: np.ndarray, typ: Any) -> Any:
     import pyarrow as pa
 
+    if pa.types.is_struct(typ):
+        children = []
+        for field in typ:
+            value = arr[field.name]
+            if value.ndim == 2 and value.shape[1] == 1 and not pa.types.is_list(field.type):
+                value = value[:, 0]
+            children.append(_arrow_column(np.ascontiguousarray(value), field.type))
+        return pa.StructArray.from_arrays(children, fields=list(typ))
     if arr.ndim == 1:
         return pa.array(arr, type=typ)
     flat: Any = pa.array(arr.reshape(-1), type=pa.from_numpy_dtype(arr.dtype))
@@ -62,9 +91,10 @@ _PROBES_KEPT = 16
 
 
 def _probe_outputs(runner_cls: Any, spec: dict[str, Any], state: Any, df: Any, feature_cols: list[str],
-                   key: tuple[Any, ...]) -> tuple[int, list[bool], list[Any]]:
+                   key: tuple[Any, ...], callbacks: Sequence[Callback] = ()) -> tuple[int, list[bool], list[Any]]:
     """(number of outputs, which are squeezed (n, 1) outputs, their Arrow types), from one row
-    predicted on the driver, or from the cache."""
+    predicted on the driver (with ``callbacks`` bound: a custom prediction step's mistakes fail
+    here, on the driver, before any Spark job), or from the cache."""
     hit = _PROBES.get(key)
     if hit is not None:
         return hit
@@ -75,7 +105,9 @@ def _probe_outputs(runner_cls: Any, spec: dict[str, Any], state: Any, df: Any, f
         raise ValueError("predict: the DataFrame is empty, so the model's output columns cannot be inferred; "
                          "predict a DataFrame with at least one row.")
     probe_part = table_to_part(probe_tbl, feature_cols, [])
-    probe = run_predict(solo_runner(runner_cls, spec, state), Feed(probe_part["x"]), 1)
+    # (copies of the callbacks: the caller's objects stay unbound, as they were)
+    probe = run_predict(solo_runner(runner_cls, spec, state), Feed(probe_part["x"]), 1,
+                        load_callbacks(callbacks_blob(callbacks)))
     # an (n, 1) output becomes a scalar column, the shape users expect of one prediction per row
     squeeze = [p.ndim == 2 and p.shape[1] == 1 for p in probe]
     types = [_arrow_type(p[:, 0] if sq else p) for p, sq in zip(probe, squeeze, strict=True)]
@@ -86,22 +118,32 @@ def _probe_outputs(runner_cls: Any, spec: dict[str, Any], state: Any, df: Any, f
 
 
 def predict_dataframe(runner_cls: Any, spec: dict[str, Any], state: Any, df: Any, feature_cols: list[str],
-                      batch_size: int, output_cols: Sequence[str] | None, threads: int) -> Any:
+                      batch_size: int, output_cols: Sequence[str] | None, threads: int,
+                      callbacks: Sequence[Callback] = ()) -> Any:
     """Return ``df`` with prediction column(s), computed lazily on the executors.
 
     The output schema comes from predicting one row on the driver (a ``limit(1)`` job), once
-    per model state and feature column types: an empty DataFrame can be predicted only after
-    that (it then gives an empty result). Each Python worker keeps the model it built for the
-    next call with the same state.
+    per model state, feature column types and ``callbacks``: an empty DataFrame can be predicted
+    only after that (it then gives an empty result). Each Python worker keeps the model it built
+    for the next call with the same state; ``callbacks`` are bound to it for each batch.
+
+    Each top-level output is one column (named by ``output_cols``, else ``prediction`` or
+    ``prediction_<i>``): an ``(n,)`` or ``(n, 1)`` output a number per row, an ``(n, k, ...)`` one
+    nested arrays, a dict output (a structured array, see :func:`orca.core.engine.convert.records`)
+    a struct with a field per key (each as a top-level output would be). Several outputs without
+    ``output_cols`` share one ``prediction`` column (``array<array<T>>``) when each is a number or a
+    vector per row.
     """
     import pyarrow as pa
     from pyspark.sql import SparkSession
 
     spark = df.sparkSession if is_connect(df) else SparkSession.getActiveSession() or df.sparkSession
     bc = broadcast_runner(launch_context(spark), runner_cls, spec, state, threads)
+    blob = callbacks_blob(callbacks)
     try:
-        key = (bc.value[0], tuple((c, df.schema[c].dataType.simpleString()) for c in feature_cols))
-        n_outputs, squeeze, types = _probe_outputs(runner_cls, spec, state, df, feature_cols, key)
+        key = (bc.value[0], tuple((c, df.schema[c].dataType.simpleString()) for c in feature_cols),
+               runner_digest(blob) if blob else None)
+        n_outputs, squeeze, types = _probe_outputs(runner_cls, spec, state, df, feature_cols, key, callbacks)
         # several outputs, no output_cols: one ``prediction`` column of each row's outputs, as the reference
         joined = _joined_type(squeeze, types) if output_cols is None and n_outputs > 1 else None
         names = ["prediction"] if joined is not None else output_names(n_outputs, output_cols)
@@ -114,10 +156,10 @@ def predict_dataframe(runner_cls: Any, spec: dict[str, Any], state: Any, df: Any
         bc.destroy()
         raise
 
-    def predict_batch(rb: pa.RecordBatch, cols: list[str]) -> list[Any]:
+    def predict_batch(rb: pa.RecordBatch, cols: list[str], cbs: Sequence[Callback]) -> list[Any]:
         if rb.num_rows == 0:
             return [pa.array([], type=typ) for typ in col_types]
-        outs = run_predict(cached_runner(bc), Feed(table_to_part(rb, cols, [])["x"]), batch_size)
+        outs = run_predict(cached_runner(bc), Feed(table_to_part(rb, cols, [])["x"]), batch_size, cbs)
         if joined is not None:
             return [_joined_column(outs, joined)]
         return [_arrow_column(arr[:, 0] if sq else arr, typ)
@@ -130,7 +172,7 @@ def predict_dataframe(runner_cls: Any, spec: dict[str, Any], state: Any, df: Any
             pass
         else:
             return _predict_with_arrow_udf(df, feature_cols, names[0], col_types[0], predict_batch, arrow_udf,
-                                           ArrowUDFType.SCALAR_ITER)
+                                           ArrowUDFType.SCALAR_ITER, blob)
     # Several outputs, or Spark < 4.1: every column goes through Python and back. ml Vector
     # columns cannot cross Arrow, so only they get an array copy; other columns are read as
     # they are (a copy of each sent every feature to the Python workers twice).
@@ -142,11 +184,12 @@ def predict_dataframe(runner_cls: Any, spec: dict[str, Any], state: Any, df: Any
 
     def task(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         economize()
+        cbs = load_callbacks(blob)
         for rb in batches:
             if rb.num_rows == 0:
                 continue
             cols = [rb.column(rb.schema.get_field_index(c)) for c in keep]
-            yield pa.RecordBatch.from_arrays(cols + predict_batch(rb, tmp), names=keep + names)
+            yield pa.RecordBatch.from_arrays(cols + predict_batch(rb, tmp, cbs), names=keep + names)
 
     return inner.mapInArrow(task, out_schema)
 
@@ -183,7 +226,7 @@ def _joined_column(outs: list[np.ndarray], typ: Any) -> Any:
 
 
 def _predict_with_arrow_udf(df: Any, feature_cols: list[str], name: str, typ: Any, predict_batch: Any,
-                            arrow_udf: Any, scalar_iter: Any) -> Any:
+                            arrow_udf: Any, scalar_iter: Any, blob: bytes | None) -> Any:
     """One output column through an Arrow UDF: only the features travel to Python and only the
     predictions come back (``mapInArrow`` sends every column both ways; measured on a 784-float
     feature column: 0.93 -> 1.07 of ``predict_batch_udf``, see docs/benchmarks.md)."""
@@ -196,8 +239,9 @@ def _predict_with_arrow_udf(df: Any, feature_cols: list[str], name: str, typ: An
 
     def task(arrays: Iterator[Any]) -> Iterator[Any]:
         economize()
+        cbs = load_callbacks(blob)
         for arr in arrays:
-            yield predict_batch(pa.RecordBatch.from_struct_array(arr), fields)[0]
+            yield predict_batch(pa.RecordBatch.from_struct_array(arr), fields, cbs)[0]
 
     with warnings.catch_warnings():  # it prefers type hints; ours would need pyarrow at import time
         warnings.simplefilter("ignore", UserWarning)
@@ -229,6 +273,8 @@ def _to_spark_schema(df: Any, names: list[str], types: list[Any]) -> Any:
 
         if pa.types.is_list(t):
             return T.ArrayType(conv(t.value_type))
+        if pa.types.is_struct(t):
+            return T.StructType([T.StructField(f.name, conv(f.type)) for f in t])
         return {
             pa.float32(): T.FloatType(), pa.float64(): T.DoubleType(), pa.int64(): T.LongType(),
             pa.int32(): T.IntegerType(), pa.int16(): T.ShortType(), pa.int8(): T.ByteType(),
@@ -240,37 +286,81 @@ def _to_spark_schema(df: Any, names: list[str], types: list[Any]) -> Any:
 
 
 def add_predictions(shard: Any, outs: list[np.ndarray], output_cols: Sequence[str] | None) -> Any:
-    """Attach predictions to a shard: a key of a dict, or column(s) of a pandas DataFrame."""
+    """Attach predictions to a shard: a key of a dict, or column(s) of a pandas DataFrame.
+
+    A dict output (a structured array) becomes a dict of arrays in a dict shard, and a column of
+    per-row dicts in a pandas shard (a ``(1,)`` value squeezed to a number, as a Spark struct's).
+    """
     names = output_names(len(outs), output_cols)
     if isinstance(shard, pd.DataFrame):
         shard = shard.copy()
         for name, arr in zip(names, outs, strict=True):
+            if arr.dtype.names is not None:
+                shard[name] = _row_dicts(arr)
+                continue
             if arr.ndim == 2 and arr.shape[1] == 1:
                 arr = arr[:, 0]
             shard[name] = list(arr) if arr.ndim > 1 else arr
         return shard
     out = dict(shard)
     if output_cols is None and len(outs) > 1:
-        out["prediction"] = outs
+        out["prediction"] = user_value(list(outs))
     else:
         for name, arr in zip(names, outs, strict=True):
-            out[name] = arr
+            out[name] = user_value(arr)
     return out
+
+
+def _row_dicts(arr: np.ndarray) -> list[dict[str, Any]]:
+    """Each row of a structured array as ``{key: value}`` (nested records as nested dicts)."""
+    assert arr.dtype.names is not None
+    columns: dict[str, list[Any]] = {}
+    for key in arr.dtype.names:
+        value = arr[key]
+        if value.dtype.names is not None:
+            columns[key] = _row_dicts(value)
+            continue
+        if value.ndim == 2 and value.shape[1] == 1:
+            value = value[:, 0]
+        columns[key] = list(value)
+    return [dict(zip(columns, row, strict=True)) for row in zip(*columns.values(), strict=True)]
+
+
+def callbacks_blob(callbacks: Sequence[Callback]) -> bytes | None:
+    """``callbacks`` as cloudpickle's bytes for Spark tasks (``None`` for none): Spark's own copy of
+    cloudpickle does not copy by value what was registered with ``cloudpickle.register_pickle_by_value``."""
+    if not callbacks:
+        return None
+    import cloudpickle
+
+    return cloudpickle.dumps(list(callbacks))
+
+
+def load_callbacks(blob: bytes | None) -> list[Callback]:
+    """The callbacks of :func:`callbacks_blob` (fresh objects: each task binds its own)."""
+    if blob is None:
+        return []
+    import cloudpickle
+
+    return cloudpickle.loads(blob)
 
 
 def predict_spark_shards(runner_cls: Any, spec: dict[str, Any], state: Any, shards: Any,
                          feature_cols: list[str] | None, batch_size: int, output_cols: Sequence[str] | None,
-                         threads: int) -> Any:
-    """Predict a Spark-backed XShards on the executors; returns a Spark-backed XShards."""
+                         threads: int, callbacks: Sequence[Callback] = ()) -> Any:
+    """Predict a Spark-backed XShards on the executors (``callbacks`` bound to each executor's
+    runner); returns a Spark-backed XShards."""
     rdd = shards.rdd
     bc = broadcast_runner(rdd.context, runner_cls, spec, state, threads)
+    blob = callbacks_blob(callbacks)
 
     def task(items: Iterator[Any]) -> Iterator[Any]:
         economize()
         runner = cached_runner(bc)
+        cbs = load_callbacks(blob)
         for shard in items:
             part = shard_to_part(shard, feature_cols, None, finite=False)
-            outs = run_predict(runner, Feed(part["x"]), batch_size)
+            outs = run_predict(runner, Feed(part["x"]), batch_size, cbs)
             if not outs:  # an empty shard: no batch ran, so the outputs' shapes are unknown here
                 outs = [np.empty((0,), np.float32)] * (len(output_cols) if output_cols else 1)
             yield add_predictions(shard, outs, output_cols)

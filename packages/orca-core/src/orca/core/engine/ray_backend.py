@@ -183,12 +183,16 @@ class _Worker:
         return self._run(evaluate)
 
     def predict(self, slices: list[Slice], batch_size: int,
-                beat_to: tuple[str, int, str] | None = None, memory_bytes: int | None = None) -> list[np.ndarray]:
+                beat_to: tuple[str, int, str] | None = None, memory_bytes: int | None = None,
+                callbacks: bytes | None = None) -> list[np.ndarray]:
+        import cloudpickle
+
         def predict() -> list[np.ndarray]:
             with beating(beat_to, self.rank or 0):
                 feed = _load_slices(slices, memory_bytes)
                 try:
-                    return predict_on_worker(self.runner, feed, batch_size)  # type: ignore[arg-type]
+                    cbs = cloudpickle.loads(callbacks) if callbacks is not None else []
+                    return predict_on_worker(self.runner, feed, batch_size, cbs)  # type: ignore[arg-type]
                 finally:
                     close_feeds(feed)
 
@@ -840,15 +844,20 @@ class RayWorkerGroup(WorkerGroup):
 
         return self._call("evaluate", run)
 
-    def predict(self, state: ModelState, source: DataSource, batch_size: int) -> list[np.ndarray]:
+    def predict(self, state: ModelState, source: DataSource, batch_size: int,
+                callbacks: Sequence[Any] = ()) -> list[np.ndarray]:
         """Predict in the actors; outputs come back in the input's row order."""
         local_bs = max(1, batch_size // self.num_workers)
+        import cloudpickle
+
+        blob = cloudpickle.dumps(list(callbacks)) if callbacks else None
 
         def run() -> list[np.ndarray]:
             ((slices, _, refs),) = self._staged(state, (source, False))
             order = self.last_placement.order if self.last_placement is not None else None
             try:
-                outs = concat_outputs(self._get([a.predict.remote(slices[r], local_bs, self._beat_to(), feed_memory_bytes())
+                outs = concat_outputs(self._get([a.predict.remote(slices[r], local_bs, self._beat_to(),
+                                                                  feed_memory_bytes(), blob)
                                                  for r, a in enumerate(self.actors)], "predict", self._liveness()))
             finally:
                 release_held(refs)

@@ -85,8 +85,10 @@ class DataSource:
 
     # ------------------------------------------------------------ predict
     def predict_on_executors(self, runner_cls: Any, spec: dict[str, Any], state: Any, batch_size: int,
-                             output_cols: Sequence[str] | None, threads: int) -> Any:
-        """Predict on the Spark executors (sources with :attr:`on_executors`)."""
+                             output_cols: Sequence[str] | None, threads: int,
+                             callbacks: Sequence[Any] = ()) -> Any:
+        """Predict on the Spark executors (sources with :attr:`on_executors`), ``callbacks`` bound to
+        each executor's runner."""
         raise NotImplementedError
 
     def with_predictions(self, outs: list[np.ndarray], output_cols: Sequence[str] | None) -> Any:
@@ -128,11 +130,12 @@ class DataFrameSource(DataSource):
         return table_to_part(table, fcols, [])["x"] if table.num_rows else None
 
     def predict_on_executors(self, runner_cls: Any, spec: dict[str, Any], state: Any, batch_size: int,
-                             output_cols: Sequence[str] | None, threads: int) -> Any:
+                             output_cols: Sequence[str] | None, threads: int,
+                             callbacks: Sequence[Any] = ()) -> Any:
         from orca.core.engine.predict import predict_dataframe
 
         return predict_dataframe(runner_cls, spec, state, self.obj, list(self.feature_cols or []), batch_size,
-                                 output_cols, threads)
+                                 output_cols, threads, callbacks)
 
 
 class ShardsSource(DataSource):
@@ -183,11 +186,12 @@ class SparkShardsSource(ShardsSource):
         return _loaded(blobs)
 
     def predict_on_executors(self, runner_cls: Any, spec: dict[str, Any], state: Any, batch_size: int,
-                             output_cols: Sequence[str] | None, threads: int) -> Any:
+                             output_cols: Sequence[str] | None, threads: int,
+                             callbacks: Sequence[Any] = ()) -> Any:
         from orca.core.engine.predict import predict_spark_shards
 
         return predict_spark_shards(runner_cls, spec, state, self.obj, self.feature_cols, batch_size, output_cols,
-                                    threads)
+                                    threads, callbacks)
 
 
 class RayShardsSource(ShardsSource):
@@ -264,11 +268,12 @@ class FileShardsSource(ShardsSource):
         return table_to_part(batch, fcols, [])["x"] if batch is not None else None
 
     def predict_on_executors(self, runner_cls: Any, spec: dict[str, Any], state: Any, batch_size: int,
-                             output_cols: Sequence[str] | None, threads: int) -> Any:
+                             output_cols: Sequence[str] | None, threads: int,
+                             callbacks: Sequence[Any] = ()) -> Any:
         from orca.core.engine.predict import predict_spark_shards
 
         return predict_spark_shards(runner_cls, spec, state, self.obj, self.feature_cols, batch_size, output_cols,
-                                    threads)
+                                    threads, callbacks)
 
 
 #: Arrow types a worker turns into model inputs: numbers and booleans, maybe in (nested) lists

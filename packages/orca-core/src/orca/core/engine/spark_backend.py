@@ -18,7 +18,7 @@ import re
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 import cloudpickle
@@ -424,10 +424,12 @@ class SparkWorkerGroup(WorkerGroup):
             runner, feed.batches(local_bs), cloudpickle.loads(blob)), "evaluate", need_labels=True)
 
     # -------------------------------------------------------------- predict
-    def predict(self, state: ModelState, source: DataSource, batch_size: int) -> list[np.ndarray]:
+    def predict(self, state: ModelState, source: DataSource, batch_size: int,
+                callbacks: Sequence[Any] = ()) -> list[np.ndarray]:
         """Predict in-process data on the executors; outputs in input order."""
-        outs = self._run_parts(state, source, lambda runner, feed: predict_on_worker(runner, feed, batch_size),
-                               "predict", need_labels=False)
+        blob = cloudpickle.dumps(list(callbacks))  # (as evaluate's: by value where the user registered them)
+        outs = self._run_parts(state, source, lambda runner, feed: predict_on_worker(
+            runner, feed, batch_size, cloudpickle.loads(blob)), "predict", need_labels=False)
         return concat_outputs(outs)
 
     def _run_parts(self, state: ModelState, source: DataSource | None, fn: Any, what: str,

@@ -142,8 +142,9 @@ _TORCH = (
         _a("data"), _a("batch_size", default=32), _a("feature_cols", default=None),
         _a("profile", NOOP, default=False, note="the reference's predict returned the predictions only (its "
                                                 "timings never reached the caller)"),
-        _a("callbacks", NOOP, default=None, note="not run: Orca predicts where the data lives with the model's "
-           "forward; a MainCallback overriding on_pred_forward is refused (ValueError)"),
+        _a("callbacks", default=None, note="a MainCallback's on_pred_forward runs in every worker instead of the "
+           "model's forward; each top-level output is one column (a dict: a struct column keyed by its keys); "
+           "Orca's other callbacks have no prediction hooks (a warning says so)"),
         _a("output_cols", ORCA_ONLY, note="names of the prediction column(s)"),
     ), positional=3),
     Method("Estimator.get_state_dict", "orca.torch:Estimator.get_state_dict",
@@ -195,7 +196,7 @@ _TORCH = (
            "before_iter, val or pred hooks"),
     Method("MainCallback", "orca.torch:MainCallback", note="from orca.torch.callbacks: on_train_forward, "
            "on_iter_backward, on_val_forward, on_lr_adjust run the fit's and evaluate's steps (the gradient is "
-           "averaged over the workers in runner.optimizer.step()); on_pred_forward is not run by predict"),
+           "averaged over the workers in runner.optimizer.step()), and on_pred_forward runs predict's step"),
     Method("TensorBoardCallback", "orca.torch:TensorBoardCallback", (
         _a("log_dir", default=None, note="required; written by rank 0"),
         _a("freq", default="epoch", note="`epoch`: each epoch's merged stats; `batch` or n: rank 0's train_loss"),
