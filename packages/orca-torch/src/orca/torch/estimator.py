@@ -377,8 +377,7 @@ class Estimator(BaseEstimator):
         if len(callbacks or []) > len(mains):
             warn_once("torch.predict(callbacks)", "predict(callbacks=...): only a MainCallback runs in predict (its "
                       "on_pred_forward); Orca's other callbacks have no prediction hooks.", stacklevel=2)
-        return super().predict(data, batch_size=batch_size, feature_cols=feature_cols, output_cols=output_cols,
-                               callbacks=mains)
+        return self._predict_with(data, batch_size, feature_cols, output_cols, mains)
 
     # ------------------------------------------------------------ the reference's state dict
     def get_state_dict(self) -> dict[str, Any]:

@@ -422,7 +422,7 @@ class BaseEstimator:
         """Raise NotFittedError when there is no model to run (frameworks override)."""
 
     def predict(self, data: Any, batch_size: int = 32, feature_cols: Any = None,
-                output_cols: Sequence[str] | None = None, callbacks: Sequence[Callback] | None = None) -> Any:
+                output_cols: Sequence[str] | None = None) -> Any:
         """Predict ``data``; the result has the input's container type.
 
         Spark DataFrame -> DataFrame with a ``prediction`` column (or ``output_cols``);
@@ -430,9 +430,15 @@ class BaseEstimator:
         ndarray (a list of arrays for several outputs). Each top-level output is one column
         (key); a dict output (the runner's structured array, see
         :func:`orca.core.engine.convert.records`) is a struct column in a DataFrame (a field per
-        key) and a dict of arrays elsewhere. ``callbacks`` are bound to every worker's runner for
-        the pass (a framework's may customise its prediction step).
+        key) and a dict of arrays elsewhere.
         """
+        return self._predict_with(data, batch_size, feature_cols, output_cols, ())
+
+    def _predict_with(self, data: Any, batch_size: int, feature_cols: Any, output_cols: Sequence[str] | None,
+                      callbacks: Sequence[Callback]) -> Any:
+        """:meth:`predict` with ``callbacks`` bound to every worker's runner for the pass (a framework
+        whose runner has a prediction hook, such as torch's ``MainCallback.on_pred_forward``, offers
+        them in its own ``predict``)."""
         self._require_model()
         self._check_batch_size(batch_size)
         src = self._source(data, feature_cols, None, False, "data")
