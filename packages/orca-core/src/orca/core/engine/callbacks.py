@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Sequence
 from typing import Any
 
 from orca.core.engine.runner import Runner
@@ -172,3 +173,23 @@ class SeveralIteration(Trigger):
 
     def __repr__(self) -> str:
         return f"SeveralIteration({self.interval})"
+
+
+def callbacks_blob(callbacks: Sequence[Callback]) -> bytes | None:
+    """``callbacks`` as cloudpickle's bytes for Spark tasks and Ray actors (``None`` for none): Spark's
+    own copy of cloudpickle does not copy by value what was registered with
+    ``cloudpickle.register_pickle_by_value``."""
+    if not callbacks:
+        return None
+    import cloudpickle
+
+    return cloudpickle.dumps(list(callbacks))
+
+
+def load_callbacks(blob: bytes | None) -> list[Callback]:
+    """The callbacks of :func:`callbacks_blob` (fresh objects: each task binds its own)."""
+    if blob is None:
+        return []
+    import cloudpickle
+
+    return cloudpickle.loads(blob)

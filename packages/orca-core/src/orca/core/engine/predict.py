@@ -12,7 +12,7 @@ import numpy as np
 import pandas as pd
 
 from orca.core.engine.addrspace import economize
-from orca.core.engine.callbacks import Callback
+from orca.core.engine.callbacks import Callback, callbacks_blob, load_callbacks
 from orca.core.engine.connect import is_connect, launch_context
 from orca.core.engine.convert import shard_to_part, spark_select, table_to_part, user_value
 from orca.core.engine.feed import Feed
@@ -324,25 +324,6 @@ def _row_dicts(arr: np.ndarray) -> list[dict[str, Any]]:
             value = value[:, 0]
         columns[key] = list(value)
     return [dict(zip(columns, row, strict=True)) for row in zip(*columns.values(), strict=True)]
-
-
-def callbacks_blob(callbacks: Sequence[Callback]) -> bytes | None:
-    """``callbacks`` as cloudpickle's bytes for Spark tasks (``None`` for none): Spark's own copy of
-    cloudpickle does not copy by value what was registered with ``cloudpickle.register_pickle_by_value``."""
-    if not callbacks:
-        return None
-    import cloudpickle
-
-    return cloudpickle.dumps(list(callbacks))
-
-
-def load_callbacks(blob: bytes | None) -> list[Callback]:
-    """The callbacks of :func:`callbacks_blob` (fresh objects: each task binds its own)."""
-    if blob is None:
-        return []
-    import cloudpickle
-
-    return cloudpickle.loads(blob)
 
 
 def predict_spark_shards(runner_cls: Any, spec: dict[str, Any], state: Any, shards: Any,

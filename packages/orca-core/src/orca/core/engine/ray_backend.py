@@ -38,6 +38,7 @@ import numpy as np
 
 from orca.core import _active
 from orca.core._net import UNREACHABLE_FIX, find_free_ports, machine_id
+from orca.core.engine.callbacks import callbacks_blob, load_callbacks
 from orca.core.engine.errors import OrcaWorkerError, WorkerLostError, check_workers_fit
 from orca.core.engine.feed import Feed, Rows, Slice, cut_part
 from orca.core.engine.group import (
@@ -185,14 +186,11 @@ class _Worker:
     def predict(self, slices: list[Slice], batch_size: int,
                 beat_to: tuple[str, int, str] | None = None, memory_bytes: int | None = None,
                 callbacks: bytes | None = None) -> list[np.ndarray]:
-        import cloudpickle
-
         def predict() -> list[np.ndarray]:
             with beating(beat_to, self.rank or 0):
                 feed = _load_slices(slices, memory_bytes)
                 try:
-                    cbs = cloudpickle.loads(callbacks) if callbacks is not None else []
-                    return predict_on_worker(self.runner, feed, batch_size, cbs)  # type: ignore[arg-type]
+                    return predict_on_worker(self.runner, feed, batch_size, load_callbacks(callbacks))  # type: ignore[arg-type]
                 finally:
                     close_feeds(feed)
 
@@ -848,9 +846,7 @@ class RayWorkerGroup(WorkerGroup):
                 callbacks: Sequence[Any] = ()) -> list[np.ndarray]:
         """Predict in the actors; outputs come back in the input's row order."""
         local_bs = max(1, batch_size // self.num_workers)
-        import cloudpickle
-
-        blob = cloudpickle.dumps(list(callbacks)) if callbacks else None
+        blob = callbacks_blob(callbacks)
 
         def run() -> list[np.ndarray]:
             ((slices, _, refs),) = self._staged(state, (source, False))
