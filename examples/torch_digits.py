@@ -137,12 +137,14 @@ def run(backend: str = "ray", workers: int = 2, epochs: int = 10, batch_size: in
             result = est.evaluate(test_df, batch_size=batch_size, **cols)
             print(f"evaluate: {result}")
 
+            from pyspark.ml.functions import vector_to_array
             from pyspark.sql import functions as F
 
             pred_df = est.predict(test_df, batch_size=batch_size, feature_cols=["features"])
-            # `prediction` holds the 10 logits; the class is the position of the largest (1-based in Spark SQL).
-            pred_df = pred_df.withColumn(
-                "predicted", (F.array_position("prediction", F.array_max("prediction")) - 1).cast("long"))
+            # `prediction` holds the 10 logits (an ml DenseVector); the class is the position of the
+            # largest (1-based in Spark SQL).
+            logits = vector_to_array("prediction")
+            pred_df = pred_df.withColumn("predicted", (F.array_position(logits, F.array_max(logits)) - 1).cast("long"))
             pred_df.select("label", "predicted").show(5)
             pred_acc = pred_df.select(F.avg((F.col("predicted") == F.col("label")).cast("double"))).first()[0]
 

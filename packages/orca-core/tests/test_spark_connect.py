@@ -66,7 +66,7 @@ def run_all(spark: Any, est: Any) -> dict[str, Any]:
     return {"loss": [float(v) for v in history.history["loss"]], "w": state["w"].tolist(),
             "b": state["b"].tolist(), "metrics": {k: float(v) for k, v in metrics.items()},
             "pred_type": type(pred).__module__ + "." + type(pred).__name__, "pred_columns": pred.columns,
-            "pred": [float(r["prediction"]) for r in rows], "ids": [int(r["id"]) for r in rows],
+            "pred": [float(r["prediction"][0]) for r in rows], "ids": [int(r["id"]) for r in rows],
             "seconds": {"fit": t1 - t0, "evaluate": t2 - t1, "predict": t3 - t2}}
 
 

@@ -60,7 +60,9 @@ def test_dataframe_gains_a_prediction_column_and_keeps_its_columns(linear_est, x
     df = spark.createDataFrame(pd.DataFrame({"id": np.arange(len(xs)), "x": list(xs)})).repartition(3)
     out = linear_est.predict(df, feature_cols=["x"], batch_size=3).toPandas().sort_values("id")
     assert list(out.columns) == ["id", "x", "prediction"]
-    np.testing.assert_allclose(out["prediction"].to_numpy(), reference(linear_model(), xs)[0][:, 0], atol=ATOL, rtol=0)
+    # the (n, 1) output: an ml DenseVector of one value a row, as the reference wrote it
+    assert type(out["prediction"].iloc[0]).__name__ == "DenseVector"
+    np.testing.assert_allclose(np.stack(out["prediction"].to_numpy()), reference(linear_model(), xs)[0], atol=ATOL, rtol=0)
 
 
 def test_two_inputs_two_outputs_as_arrays_and_shards(backend, two_io_ir, ab, orca_context):
@@ -168,7 +170,7 @@ def test_dataframe_predicted_again_reuses_each_workers_compiled_model(linear_ir,
     assert compiled, "the probe found no cached runner: nothing was checked"
     second = est.predict(df, feature_cols=["x"], batch_size=7).toPandas()
     assert compiled <= _compiled_per_worker(df)  # the same compiled models are still there
-    np.testing.assert_array_equal(np.sort(first["prediction"]), np.sort(second["prediction"]))
+    np.testing.assert_array_equal(np.sort(np.stack(first["prediction"]), axis=0), np.sort(np.stack(second["prediction"]), axis=0))
     est.load(save_ir(linear_model(batch=4), Path(tempfile.mkdtemp())))  # another model: compiled anew
     est.predict(df, feature_cols=["x"]).toPandas()
     after = _compiled_per_worker(df)

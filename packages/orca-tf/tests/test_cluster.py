@@ -38,7 +38,7 @@ if kind == "spark":
     df = ctx.spark_session().createDataFrame(pd.DataFrame({"x": list(x), "y": y})).repartition(3)
     hist = est.fit(df, epochs=5, batch_size=20, feature_cols=["x"], label_cols=["y"])
     out = est.predict(df, feature_cols=["x"]).toPandas()
-    xs, pred = np.stack(out["x"].to_numpy()).astype(np.float32), out["prediction"].to_numpy()
+    xs, pred = np.stack(out["x"].to_numpy()).astype(np.float32), np.stack(out["prediction"].to_numpy())[:, 0]
 else:
     hist = est.fit((x, y), epochs=5, batch_size=20)
     xs, pred = x, est.predict(x)[:, 0]

@@ -482,6 +482,61 @@ def test_orca_torch_metric_names_are_the_torch_metric_classes():
     assert isinstance(acc.compute(), torch.Tensor) and acc.compute().item() == pytest.approx(2 / 3)
 
 
+class Shapes(nn.Module):
+    """An output per layout the reference's DataFrame predict wrote: ``(n,)``, ``(n, 1)``,
+    ``(n, 3)`` and ``(n, 2, 2)``; an integer ``(n, 2)`` too."""
+
+    def __init__(self, kind):
+        super().__init__()
+        self.kind = kind
+        self.fc = nn.Linear(4, 4)
+
+    def forward(self, x):
+        y = self.fc(x)
+        return {"scalar": y[:, 0], "one": y[:, :1], "three": y[:, :3], "grid": y.reshape(-1, 2, 2),
+                "ints": (y[:, :2] * 10).round().long()}[self.kind]
+
+
+@pytest.mark.parametrize("backend", ["spark", "ray"])
+def test_a_dataframe_prediction_of_one_vector_a_row_is_an_ml_densevector_as_the_references(spark, backend):
+    # the reference (learn/utils.py convert_predict_rdd_to_df) wrote a row's 1-D output as an ml
+    # DenseVector (a (n, 1) output too: one value), a 0-d output as a double, an N-D one as nested
+    # arrays; its tests read them with `to_array(prediction)`, a UDF calling `.toArray()`
+    from pyspark.ml.linalg import DenseVector, VectorUDT
+    from pyspark.sql.types import ArrayType, DoubleType
+
+    spark.udf.register("to_array", lambda v: v.toArray().tolist(), ArrayType(DoubleType()))
+    x = np.random.default_rng(2).normal(size=(12, 4)).astype(np.float32)
+    df = spark.createDataFrame([(i, row.tolist()) for i, row in enumerate(x)], ["id", "feature"]).repartition(2)
+    want_types = {"scalar": "float", "one": "vector", "three": "vector", "grid": "array<array<float>>",
+                  "ints": "vector"}
+    for kind, want_type in want_types.items():
+        model = Shapes(kind)
+        est = Estimator.from_torch(model=model, loss=nn.MSELoss(), backend=backend, workers_per_node=2,
+                                   use_tqdm=False)
+        try:
+            out = est.predict(df, batch_size=4, feature_cols=["feature"])
+            rows = out.orderBy("id").collect()
+            listed = out.selectExpr("id", "to_array(prediction) AS p").orderBy("id").collect() \
+                if want_type == "vector" else None
+        finally:
+            est.shutdown()
+        typ = out.schema["prediction"].dataType
+        assert (isinstance(typ, VectorUDT) if want_type == "vector" else typ.simpleString() == want_type), \
+            (kind, typ)
+        with torch.no_grad():
+            want = model(torch.from_numpy(x)).numpy()
+        for row, w in zip(rows, want, strict=True):
+            got = row["prediction"]
+            if want_type == "vector":
+                assert isinstance(got, DenseVector) and got.toArray().shape == w.shape, (kind, got)
+                np.testing.assert_allclose(got.toArray(), w, atol=1e-6)
+            else:
+                np.testing.assert_allclose(np.asarray(got, np.float32), w, atol=1e-6)
+        if listed is not None:
+            np.testing.assert_allclose(np.array([r["p"] for r in listed]), want.reshape(len(x), -1), atol=1e-6)
+
+
 def test_a_multi_output_dataframe_prediction_is_one_column_of_each_rows_outputs(spark):
     # the reference's predict gave a multi-output model's row as one `prediction` list ([vector, vector])
     x = np.random.default_rng(1).normal(size=(10, 4)).astype(np.float32)

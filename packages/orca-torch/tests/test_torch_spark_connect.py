@@ -51,7 +51,7 @@ for backend in os.environ["ORCA_TEST_BACKENDS"].split(","):
     rows = pred.orderBy("id").select("xs", "prediction").collect()
     out[backend] = {"w": float(est.get_model().weight.item()), "metrics": {k: float(v) for k, v in metrics.items()},
                     "pred_type": type(pred).__module__, "x": [float(r["xs"]) for r in rows],
-                    "pred": [float(r["prediction"]) for r in rows]}
+                    "pred": [float(r["prediction"][0]) for r in rows]}
     est.shutdown()
 stop_orca_context()
 print(json.dumps(out))

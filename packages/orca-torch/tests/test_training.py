@@ -253,7 +253,7 @@ def test_several_feature_columns_become_several_model_inputs(spark, reg, backend
         with torch.no_grad():
             want = model(torch.from_numpy(np.stack(out["a"].to_numpy()).astype(np.float32)),
                          torch.from_numpy(np.stack(out["b"].to_numpy()).astype(np.float32))).numpy()[:, 0]
-        np.testing.assert_allclose(out["prediction"].to_numpy(), want, atol=1e-5)
+        np.testing.assert_allclose(np.stack(out["prediction"].to_numpy())[:, 0], want, atol=1e-5)
     finally:
         est.shutdown()
 

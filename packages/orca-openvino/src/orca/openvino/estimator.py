@@ -126,8 +126,9 @@ class Estimator(BaseEstimator):
             input_cols: the model inputs fed by the arrays / ``feature_cols``, in their order
                 (default: feature columns named like the inputs feed them, else model order).
             output_cols: DataFrame columns (or shard keys) for the outputs, one per output;
-                default ``prediction`` (several outputs on a DataFrame: one ``prediction`` column
-                of each row's outputs, a list of vectors, as the reference; ``prediction_<i>`` columns
+                default ``prediction`` (on a DataFrame an ``(n, k)`` output is an ml
+                ``DenseVector`` a row, as the reference wrote it; several outputs: one
+                ``prediction`` column of each row's outputs, a list of arrays; ``prediction_<i>`` columns
                 where an output has more than one dimension per row; a list under ``prediction`` in
                 a shard).
             config: overrides of the ``from_openvino`` config for this call (see there). A

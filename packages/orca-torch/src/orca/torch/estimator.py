@@ -336,9 +336,12 @@ class Estimator(BaseEstimator):
         Each top-level output of the model (or of the MainCallback's ``on_pred_forward``) is one
         column of a DataFrame result, named by ``output_cols`` (else ``prediction``, or
         ``prediction_<i>``; several outputs of a number or a vector per row and no ``output_cols``
-        share one ``prediction`` column of ``array<array<T>>``, as the reference's list of vectors):
+        share one ``prediction`` column of ``array<array<T>>``, the reference's list of vectors as
+        arrays):
 
-        - a tensor or array ``(n,)`` or ``(n, 1)``: a number per row; ``(n, k, ...)``: nested arrays;
+        - a tensor or array ``(n,)``: a number per row; ``(n, k)`` (``(n, 1)`` too): an ml
+          ``DenseVector`` per row, as the reference wrote it (``row.prediction.toArray()``,
+          ``pyspark.ml.functions.vector_to_array``); ``(n, k, m, ...)``: nested arrays;
         - a dict ``{key: (n, ...)}``: a struct column with a field per key, each as above (``row.y``,
           ``df.select("prediction.y")``);
         - a tuple or list: one column per element (``None`` elements are left out).

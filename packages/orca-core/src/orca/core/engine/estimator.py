@@ -428,7 +428,9 @@ class BaseEstimator:
         Spark DataFrame -> DataFrame with a ``prediction`` column (or ``output_cols``);
         XShards -> XShards whose shards gain ``prediction``; ndarray (or list/dict) ->
         ndarray (a list of arrays for several outputs). Each top-level output is one column
-        (key); a dict output (the runner's structured array, see
+        (key): in a DataFrame, as the reference laid it out, an ``(n,)`` output a number per row,
+        an ``(n, k)`` one (``k = 1`` too) an ml ``DenseVector`` per row, an ``(n, k, m, ...)`` one
+        nested arrays (see :func:`orca.core.engine.predict.predict_dataframe`); a dict output (the runner's structured array, see
         :func:`orca.core.engine.convert.records`) is a struct column in a DataFrame (a field per
         key) and a dict of arrays elsewhere.
         """

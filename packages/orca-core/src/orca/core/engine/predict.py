@@ -108,8 +108,10 @@ def _probe_outputs(runner_cls: Any, spec: dict[str, Any], state: Any, df: Any, f
     # (copies of the callbacks: the caller's objects stay unbound, as they were)
     probe = run_predict(solo_runner(runner_cls, spec, state), Feed(probe_part["x"]), 1,
                         load_callbacks(callbacks_blob(callbacks)))
-    # an (n, 1) output becomes a scalar column, the shape users expect of one prediction per row
-    squeeze = [p.ndim == 2 and p.shape[1] == 1 for p in probe]
+    # a numeric (n, k) output, k = 1 too, becomes an ml DenseVector per row, as the reference's did
+    # (:func:`_as_ml_vectors`); another (n, 1) output (strings, booleans) a value per row
+    squeeze = [p.ndim == 2 and p.shape[1] == 1 and not (p.dtype.names is None and p.dtype.kind in "iuf")
+               for p in probe]
     types = [_arrow_type(p[:, 0] if sq else p) for p, sq in zip(probe, squeeze, strict=True)]
     if len(_PROBES) >= _PROBES_KEPT:
         _PROBES.pop(next(iter(_PROBES)))
@@ -128,11 +130,12 @@ def predict_dataframe(runner_cls: Any, spec: dict[str, Any], state: Any, df: Any
     for the next call with the same state; ``callbacks`` are bound to it for each batch.
 
     Each top-level output is one column (named by ``output_cols``, else ``prediction`` or
-    ``prediction_<i>``): an ``(n,)`` or ``(n, 1)`` output a number per row, an ``(n, k, ...)`` one
-    nested arrays, a dict output (a structured array, see :func:`orca.core.engine.convert.records`)
-    a struct with a field per key (each as a top-level output would be). Several outputs without
-    ``output_cols`` share one ``prediction`` column (``array<array<T>>``) when each is a number or a
-    vector per row.
+    ``prediction_<i>``), laid out as the reference's: an ``(n,)`` output a number per row, a
+    numeric ``(n, k)`` output (``k = 1`` too) an ml ``DenseVector`` per row, an ``(n, k, m, ...)``
+    one nested arrays, a dict output (a structured array, see
+    :func:`orca.core.engine.convert.records`) a struct with a field per key. Several outputs without
+    ``output_cols`` share one ``prediction`` column, an array of each row's outputs (each an array
+    of numbers), when each is a number or a vector per row.
     """
     import pyarrow as pa
     from pyspark.sql import SparkSession
@@ -145,7 +148,7 @@ def predict_dataframe(runner_cls: Any, spec: dict[str, Any], state: Any, df: Any
                runner_digest(blob) if blob else None)
         n_outputs, squeeze, types = _probe_outputs(runner_cls, spec, state, df, feature_cols, key, callbacks)
         # several outputs, no output_cols: one ``prediction`` column of each row's outputs, as the reference
-        joined = _joined_type(squeeze, types) if output_cols is None and n_outputs > 1 else None
+        joined = _joined_type(types) if output_cols is None and n_outputs > 1 else None
         names = ["prediction"] if joined is not None else output_names(n_outputs, output_cols)
         col_types = [joined] if joined is not None else types
         clash = [n for n in names if n in df.columns]
@@ -171,8 +174,9 @@ def predict_dataframe(runner_cls: Any, spec: dict[str, Any], state: Any, df: Any
         except ImportError:
             pass
         else:
-            return _predict_with_arrow_udf(df, feature_cols, names[0], col_types[0], predict_batch, arrow_udf,
-                                           ArrowUDFType.SCALAR_ITER, blob)
+            return _as_ml_vectors(
+                _predict_with_arrow_udf(df, feature_cols, names[0], col_types[0], predict_batch, arrow_udf,
+                                        ArrowUDFType.SCALAR_ITER, blob), names, col_types, joined is not None)
     # Several outputs, or Spark < 4.1: every column goes through Python and back. ml Vector
     # columns cannot cross Arrow, so only they get an array copy; other columns are read as
     # they are (a copy of each sent every feature to the Python workers twice).
@@ -191,20 +195,48 @@ def predict_dataframe(runner_cls: Any, spec: dict[str, Any], state: Any, df: Any
             cols = [rb.column(rb.schema.get_field_index(c)) for c in keep]
             yield pa.RecordBatch.from_arrays(cols + predict_batch(rb, tmp, cbs), names=keep + names)
 
-    return inner.mapInArrow(task, out_schema)
+    return _as_ml_vectors(inner.mapInArrow(task, out_schema), names, col_types, joined is not None)
 
 
-def _joined_type(squeeze: list[bool], types: list[Any]) -> Any:
+def _numeric(typ: Any) -> bool:
+    """Whether an Arrow type is a number (an ml Vector holds numbers only: not booleans, not strings)."""
+    import pyarrow as pa
+
+    return bool(pa.types.is_integer(typ) or pa.types.is_floating(typ))
+
+
+def _as_ml_vectors(out: Any, names: list[str], types: list[Any], joined: bool) -> Any:
+    """The reference's layout of the prediction columns: a column of one numeric vector per row
+    becomes ml ``DenseVector`` s (``pyspark.ml.functions.array_to_vector``, on the JVM).
+
+    The joined ``prediction`` column of several outputs stays an array of arrays, where the
+    reference's was an array of vectors: Spark 4's Arrow ``toPandas`` cannot convert an array of
+    vectors of different lengths (``ValueError: ... inhomogeneous shape``), the common case of a
+    model with heads of different widths."""
+    import pyarrow as pa
+    from pyspark.ml.functions import array_to_vector
+    from pyspark.sql import functions as F
+
+    if joined:
+        return out
+    for name, typ in zip(names, types, strict=True):
+        if pa.types.is_list(typ) and _numeric(typ.value_type):
+            out = out.withColumn(name, array_to_vector(F.col(name)))
+    return out
+
+
+def _joined_type(types: list[Any]) -> Any:
     """The Arrow type of one column holding every output of a row (``list<list<T>>``: output ``i``
-    is the row's ``(k_i,)`` vector, as the reference's list of vectors), or None when an output
-    has more than one dimension per row (those keep a column each: ``prediction_<i>``)."""
+    is the row's ``(k_i,)`` vector, a number as a ``(1,)`` one, as the reference's list of
+    vectors), or None when an output is not numeric or has more than one dimension per row (those
+    keep a column each: ``prediction_<i>``)."""
     import pyarrow as pa
 
     values = []
-    for sq, typ in zip(squeeze, types, strict=True):
-        if sq:
+    for typ in types:
+        if _numeric(typ):
             values.append(typ)
-        elif pa.types.is_list(typ) and not pa.types.is_nested(typ.value_type):
+        elif pa.types.is_list(typ) and _numeric(typ.value_type):
             values.append(typ.value_type)
         else:
             return None
