@@ -30,7 +30,8 @@ MODULES: dict[str, str] = {
     "bigdl.orca.data.pandas": "orca.core.data",
     "bigdl.orca.data.image": "orca.core.data",
     "bigdl.orca.data.image.utils": "orca.core.data",  # chunks (the parquet schema types are not in Orca)
-    "bigdl.orca.data.tf": "orca.tf",  # bigdl.orca.data.tf.data.Dataset: the TF data path is orca.tf's
+    "bigdl.orca.data.tf": "orca.tf",  # the TF data path is orca.tf's
+    "bigdl.orca.data.tf.data": "orca.tf.data",  # Dataset (from_tensor_slices, map, get_xshards)
     # the Estimators
     "bigdl.orca.learn.pytorch": "orca.torch",
     "bigdl.orca.learn.pytorch.pytorch_metrics": "orca.torch.metrics",

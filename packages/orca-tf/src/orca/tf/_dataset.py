@@ -20,7 +20,8 @@ from typing import Any
 
 import numpy as np
 
-from orca.core.plugin import Batch, CreatorSource
+from orca.core.plugin import Batch, CreatorSource, DataSource, get_data_source
+from orca.tf.data import Dataset, as_xshards
 
 #: dataset classes whose elements are batches: unbatched before the per-worker batching
 _BATCHED = ("_BatchDataset", "_PaddedBatchDataset", "_ParallelBatchDataset")
@@ -32,8 +33,11 @@ def is_dataset(data: Any) -> bool:
     return type(data).__module__.startswith("tensorflow") and hasattr(data, "element_spec")
 
 
-def dataset_adapter(data: Any) -> CreatorSource | None:
-    """The data adapter of the TF Estimators: a bare ``tf.data.Dataset`` becomes a creator source."""
+def dataset_adapter(data: Any) -> DataSource | None:
+    """The data adapter of the TF Estimators: a bare ``tf.data.Dataset`` becomes a creator source,
+    an :class:`orca.tf.data.Dataset` the source of the XShards of its mapped rows."""
+    if isinstance(data, Dataset):
+        return get_data_source(as_xshards(data), need_labels=False)
     return CreatorSource(SerializedDataset.from_dataset(data)) if is_dataset(data) else None
 
 

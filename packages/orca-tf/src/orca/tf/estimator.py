@@ -27,6 +27,7 @@ from orca.core.plugin import (
 )
 from orca.tf import _keras
 from orca.tf._dataset import dataset_adapter, first_rows, is_dataset
+from orca.tf.data import as_xshards
 from orca.tf.runner import BigDLKerasRunner, HorovodKerasRunner, KerasRunner
 
 if TYPE_CHECKING:
@@ -267,9 +268,11 @@ class Estimator(BaseEstimator):
         return (dataset_adapter,)
 
     def _source(self, data: Any, feature_cols: Any, label_cols: Any, need_labels: bool, arg: str) -> DataSource:
-        # string feature columns feed TextVectorization / StringLookup layers
-        return get_data_source(data, feature_cols=feature_cols, label_cols=label_cols, need_labels=need_labels,
-                               arg=arg, allow_strings=True, extra_adapters=self.extra_adapters())
+        # string feature columns feed TextVectorization / StringLookup layers; an orca.tf.data.Dataset
+        # trains as the XShards of its mapped rows
+        return get_data_source(as_xshards(data, arg), feature_cols=feature_cols, label_cols=label_cols,
+                               need_labels=need_labels, arg=arg, allow_strings=True,
+                               extra_adapters=self.extra_adapters())
 
     def _metric_runner(self) -> Runner | None:
         if getattr(self, "_driver_runner", None) is None:
@@ -303,8 +306,10 @@ class Estimator(BaseEstimator):
             data: a Spark DataFrame (with ``feature_cols``/``label_cols``), an XShards, numpy data
                 (an array, ``(x, y)`` or ``{"x": ..., "y": ...}``), a ``tf.data.Dataset`` of
                 ``(features, labels)`` rows (batched here by ``batch_size``; it travels as its graph,
-                see :mod:`orca.tf._dataset`), or a data creator ``f(config, batch_size)`` returning a
-                batched ``tf.data.Dataset`` (``batch_size`` is then the per-worker batch).
+                see :mod:`orca.tf._dataset`), an :class:`orca.tf.data.Dataset` (an XShards' rows
+                mapped by ``tf.data`` functions: it trains as the XShards of the mapped rows), or a
+                data creator ``f(config, batch_size)`` returning a batched ``tf.data.Dataset``
+                (``batch_size`` is then the per-worker batch).
             epochs: the epoch to train up to (Keras' meaning: ``epochs - initial_epoch`` epochs run).
             batch_size: the global batch size, split across the workers.
             steps_per_epoch: steps of a data-creator epoch (needed when its dataset's size is
@@ -401,7 +406,7 @@ class Estimator(BaseEstimator):
             ValueError: ``num_steps`` is not a positive int, or covers part of an XShards only.
         """
         self._require_model()
-        data = _with_data_config(data, data_config)
+        data = as_xshards(_with_data_config(data, data_config))  # num_steps then cuts it as an XShards
         if num_steps is not None:
             check_positive_int("num_steps", num_steps)
             data = _first_steps(data, num_steps, batch_size, self.num_workers)
@@ -412,7 +417,9 @@ class Estimator(BaseEstimator):
 
     def predict(self, data: Any, batch_size: int = 32, feature_cols: Any = None,
                 output_cols: Sequence[str] | None = None) -> Any:
-        """Predict ``data``; the result has the input's container type (see ``BaseEstimator.predict``)."""
+        """Predict ``data``; the result has the input's container type (see ``BaseEstimator.predict``):
+        of an :class:`orca.tf.data.Dataset`, as the reference, the XShards of its mapped rows
+        (``{"x", "y"}`` dicts) whose shards gain ``prediction``."""
         with _keras.eager():
             return super().predict(data, batch_size=batch_size, feature_cols=feature_cols, output_cols=output_cols)
 
