@@ -156,7 +156,7 @@ def test_multi_output_model_fills_output_cols(spark, backend):
     with torch.no_grad():
         a, b = model(torch.from_numpy(x))
     assert list(out.columns) == ["x", "id", "score", "probs"]
-    np.testing.assert_allclose(out["score"].to_numpy(), a.numpy()[:, 0], atol=1e-6)
+    np.testing.assert_allclose(np.stack(out["score"].to_numpy()), a.numpy(), atol=1e-6)  # (n, 1): a DenseVector a row
     np.testing.assert_allclose(np.stack(out["probs"].to_numpy()), b.numpy(), atol=1e-6)
     with pytest.raises(ValueError, match="output_cols"):
         est.predict(df, feature_cols=["x"], output_cols=["only_one"])
