@@ -24,6 +24,7 @@ import numpy as np
 from orca.core.engine.convert import Part, concat_parts, part_rows, shard_to_part, spark_select, table_to_part
 from orca.core.engine.feed import balanced_slices, cut_part
 from orca.core.engine.reads import WorkerRead
+from orca.core.engine.spill import feed_memory_bytes, shuffle_window_bytes
 
 
 class DataSource:
@@ -96,6 +97,19 @@ class DataSource:
         return outs[0] if len(outs) == 1 else outs
 
 
+#: the most bytes of a DataFrame partition's Arrow batches a Spark task puts into Ray as one object
+#: (a partition becomes several): the task moving a partition never holds it whole (a cached
+#: DataFrame's partition can be gigabytes; issue #37), and a Ray actor loads its share a block at a time
+PUT_BLOCK_BYTES = 32 * 2**20
+
+
+def put_block_bytes(memory_bytes: int) -> int:
+    """The most bytes of Arrow batches put into Ray as one object for workers given
+    ``memory_bytes`` (``worker_data_memory_mb``): :data:`PUT_BLOCK_BYTES`, or a streamed share's
+    window where that is smaller (so the task's memory follows the setting, as a worker's does)."""
+    return min(PUT_BLOCK_BYTES, shuffle_window_bytes(memory_bytes))
+
+
 class DataFrameSource(DataSource):
     """A Spark DataFrame with ``feature_cols`` / ``label_cols``."""
 
@@ -111,11 +125,23 @@ class DataFrameSource(DataSource):
 
         fcols, lcols = self.columns(need_labels)
         put = _ray_putter()
+        block_bytes = put_block_bytes(feed_memory_bytes())
+
+        def blocks(batches: Iterator[pa.RecordBatch]) -> Iterator[Part]:
+            pending: list[pa.RecordBatch] = []
+            size = 0
+            for batch in batches:
+                if batch.num_rows:
+                    pending.append(batch)
+                    size += batch.nbytes
+                if size >= block_bytes:
+                    yield table_to_part(pa.Table.from_batches(pending), fcols, lcols)
+                    pending, size = [], 0
+            if pending:
+                yield table_to_part(pa.Table.from_batches(pending), fcols, lcols)
 
         def put_arrow(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-            nonempty = [b for b in batches if b.num_rows]
-            parts = [table_to_part(pa.Table.from_batches(nonempty), fcols, lcols)] if nonempty else []
-            for blob, n in put(iter(parts)):
+            for blob, n in put(blocks(batches)):
                 yield pa.RecordBatch.from_pydict({"ref": [blob], "rows": [n]})
 
         with _spark_errors("reading the data into Ray"):
