@@ -176,7 +176,7 @@ def predict_dataframe(runner_cls: Any, spec: dict[str, Any], state: Any, df: Any
         else:
             return _as_ml_vectors(
                 _predict_with_arrow_udf(df, feature_cols, names[0], col_types[0], predict_batch, arrow_udf,
-                                        ArrowUDFType.SCALAR_ITER, blob), names, col_types, joined is not None)
+                                        ArrowUDFType.SCALAR_ITER, blob), names, col_types)
     # Several outputs, or Spark < 4.1: every column goes through Python and back. ml Vector
     # columns cannot cross Arrow, so only they get an array copy; other columns are read as
     # they are (a copy of each sent every feature to the Python workers twice).
@@ -195,7 +195,7 @@ def predict_dataframe(runner_cls: Any, spec: dict[str, Any], state: Any, df: Any
             cols = [rb.column(rb.schema.get_field_index(c)) for c in keep]
             yield pa.RecordBatch.from_arrays(cols + predict_batch(rb, tmp, cbs), names=keep + names)
 
-    return _as_ml_vectors(inner.mapInArrow(task, out_schema), names, col_types, joined is not None)
+    return _as_ml_vectors(inner.mapInArrow(task, out_schema), names, col_types)
 
 
 def _numeric(typ: Any) -> bool:
@@ -205,7 +205,7 @@ def _numeric(typ: Any) -> bool:
     return bool(pa.types.is_integer(typ) or pa.types.is_floating(typ))
 
 
-def _as_ml_vectors(out: Any, names: list[str], types: list[Any], joined: bool) -> Any:
+def _as_ml_vectors(out: Any, names: list[str], types: list[Any]) -> Any:
     """The reference's layout of the prediction columns: a column of one numeric vector per row
     becomes ml ``DenseVector`` s (``pyspark.ml.functions.array_to_vector``, on the JVM).
 
@@ -217,8 +217,6 @@ def _as_ml_vectors(out: Any, names: list[str], types: list[Any], joined: bool) -
     from pyspark.ml.functions import array_to_vector
     from pyspark.sql import functions as F
 
-    if joined:
-        return out
     for name, typ in zip(names, types, strict=True):
         if pa.types.is_list(typ) and _numeric(typ.value_type):
             out = out.withColumn(name, array_to_vector(F.col(name)))
