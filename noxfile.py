@@ -16,6 +16,7 @@ The local packages are always installed *together* in one pip call, so that a pa
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 import re
@@ -319,6 +320,7 @@ def core(session: nox.Session, pins: dict[str, str]) -> None:
     MLflow tracking against a real sqlite tracking store (hence sqlalchemy and alembic)."""
     # the Spark Connect client's dependencies (orca-core's `connect` extra) for test_spark_connect.py
     connect = f"pyspark[connect]{pins['pyspark']}"
+    _start_horovod_prebuild(session)  # under nox -t test: the horovod session's build, in the background
     _install(session, *_pins(pins), connect, *CORE, *MLFLOW, HOROVOD_CMAKE)
     _runtime_env(session)
     _pytest(session, "orca-core")
@@ -372,6 +374,101 @@ def openvino(session: nox.Session, pins: dict[str, str]) -> None:
 TF_HOROVOD = ("tensorflow-cpu==2.15.1", "pyarrow<26")
 
 
+def _horovod_build_env(session: nox.Session) -> None:
+    """What the Horovod build needs: torch, TensorFlow 2.15 and orca-core (the installer), and pip."""
+    _install(session, TORCH)  # alone and pinned first: no other resolution may pull a CUDA build
+    _install(session, TORCH, *TF_HOROVOD, *CORE, "pip")
+
+
+@nox.session(python=PYTHON, venv_backend=TEST_VENV_BACKEND)
+@_drop_env_after
+def horovod_wheel(session: nox.Session) -> None:
+    """Build the horovod session's Horovod wheel into the installer's cache, and nothing else: what
+    ``nox -t test`` starts in the background when its first session starts (see
+    :func:`_start_horovod_prebuild`), so that the ~4-minute build overlaps the orca-core tests'
+    waits instead of adding to the run."""
+    _horovod_build_env(session)
+    session.run("python", "-m", "orca.core.horovod_install", "torch", "tensorflow")
+
+
+#: the background build :func:`_start_horovod_prebuild` started in this nox process: (process, its log)
+_PREBUILD: list[tuple[subprocess.Popen[bytes], Path]] = []
+#: the longest the horovod session waits for the background build's log to grow before it builds itself
+PREBUILD_SILENCE_S = 900.0
+
+
+def _runs_the_horovod_session() -> bool:
+    """Whether this nox invocation runs the horovod session later (``-t test``, or ``-s horovod``)."""
+    args, picked = sys.argv[1:], []
+    for i, arg in enumerate(args):
+        for flag in ("-t", "--tags", "-s", "--session", "--sessions"):
+            if arg == flag:
+                picked += [a for a in args[i + 1:] if not a.startswith("-")][:8]
+            elif arg.startswith(flag + "="):
+                picked.append(arg.split("=", 1)[1])
+    return "test" in picked or "horovod" in picked
+
+
+def _start_horovod_prebuild(session: nox.Session) -> None:
+    """Start the horovod session's Horovod build now, in a background ``nox -s horovod_wheel`` at the
+    lowest CPU priority, when this invocation runs the horovod session later (``nox -t test``) and
+    ``ORCA_HOROVOD_PREBUILD`` is not ``0``. The build is the installer's own, from an empty cache as
+    anywhere: it only starts earlier, in the CPU the orca-core tests leave idle while they wait on
+    JVMs, Ray nodes and child drivers (the run's two CPUs are the limit: docs/development.md). The
+    horovod session waits for it, then installs the wheel from the cache (the installer's lock makes
+    two builds of one wheel one), or builds itself if it failed."""
+    if _PREBUILD or os.environ.get("ORCA_HOROVOD_PREBUILD", "1") == "0" or not _runs_the_horovod_session():
+        return
+    import tempfile
+
+    log = Path(tempfile.mkdtemp(prefix="orca-horovod-prebuild-")) / "nox.log"
+    with log.open("wb") as sink:
+        proc = subprocess.Popen(  # noqa: S603 - this nox, this noxfile, a fixed session
+            [sys.executable, "-m", "nox", "-f", str(Path(__file__).resolve()), "-s", "horovod_wheel",
+             "--non-interactive"],
+            stdin=subprocess.DEVNULL, stdout=sink, stderr=subprocess.STDOUT, cwd=Path(__file__).resolve().parent,
+            start_new_session=True, preexec_fn=lambda: os.nice(19))  # noqa: PLW1509 - only nice(), no locks
+    _PREBUILD.append((proc, log))
+    session.log(f"Horovod's build for the horovod session started in the background (pid {proc.pid}, "
+                f"nice 19, log {log}); ORCA_HOROVOD_PREBUILD=0 turns this off")
+
+    import atexit
+
+    atexit.register(_stop_prebuild)
+
+
+def _stop_prebuild() -> None:
+    """Kill a background build still running when nox exits (an interrupted run leaves nothing)."""
+    for proc, _ in _PREBUILD:
+        if proc.poll() is None:
+            with contextlib.suppress(OSError):
+                os.killpg(proc.pid, 9)
+
+
+def _wait_for_horovod_prebuild(session: nox.Session) -> None:
+    """Wait for the background build while its log grows (a silent one, ``PREBUILD_SILENCE_S``, is
+    killed), and say how it ended: the installer then finds its wheel, or builds here."""
+    import time
+
+    for proc, log in _PREBUILD:
+        if proc.poll() is None:
+            session.log(f"waiting for the background Horovod build (pid {proc.pid}, log {log})")
+        size, heard = -1, time.monotonic()
+        while proc.poll() is None:
+            now_size = log.stat().st_size
+            if now_size != size:
+                size, heard = now_size, time.monotonic()
+            elif time.monotonic() - heard > PREBUILD_SILENCE_S:
+                _stop_prebuild()
+                session.warn(f"the background Horovod build wrote nothing for {PREBUILD_SILENCE_S:.0f} s: killed it; "
+                             "building here")
+                break
+            time.sleep(2)
+        tail = log.read_text(errors="replace").splitlines()[-15:]
+        verdict = "done" if proc.returncode == 0 else f"FAILED (exit code {proc.returncode}): building here"
+        session.log(f"background Horovod build {verdict}; its last lines:\n" + "\n".join(tail))
+
+
 @test_session
 def horovod(session: nox.Session) -> None:
     """The ``horovod`` backends of orca-torch and orca-tf in one environment (torch 2.13 and TensorFlow
@@ -383,6 +480,7 @@ def horovod(session: nox.Session) -> None:
     _install(session, TORCH)  # alone and pinned first: no other resolution may pull a CUDA build
     _install(session, TORCH, *TF_HOROVOD, *CORE, "-e", "packages/orca-torch[test]", "-e", "packages/orca-tf",
              *MLFLOW, "pip")
+    _wait_for_horovod_prebuild(session)  # nox -t test started the build with its first session
     session.run("python", "-m", "orca.core.horovod_install", "torch", "tensorflow")
     _runtime_env(session)
     _pytest(session, "orca-torch", "packages/orca-torch/tests", "-m", "horovod")

@@ -86,6 +86,57 @@ def test_the_wheel_cache_is_keyed_by_framework_version_and_python(monkeypatch, t
     assert f"py{sys.version_info[0]}{sys.version_info[1]}" in torch_dir.name
 
 
+LOCK_HOLDER = """
+import sys, time
+from pathlib import Path
+from orca.core.horovod_install import build_lock
+wheels, gate = Path(sys.argv[1]), Path(sys.argv[2])
+with build_lock(wheels):
+    print("entered", flush=True)
+    while not gate.exists():  # holds the lock until the test opens the gate
+        time.sleep(0.05)
+    wheels.mkdir(parents=True, exist_ok=True)
+    (wheels / "horovod-0.28.1-cp311-cp311-linux_x86_64.whl").write_bytes(b"built by the first")
+print("released", flush=True)
+"""
+LOCK_TAKER = """
+import sys
+from pathlib import Path
+from orca.core.horovod_install import build_lock
+wheels = Path(sys.argv[1])
+with build_lock(wheels):
+    print("entered; wheels:", len(list(wheels.glob("horovod-*.whl"))), flush=True)
+"""
+
+
+@pytest.mark.timeout(60)
+def test_a_second_installer_of_the_same_wheel_waits_for_the_first_and_finds_its_wheel(tmp_path) -> None:
+    """Two real processes take the cache entry's lock (nox -t test's background build and the horovod
+    session, or two environments of a user's): the second enters only after the first has released it,
+    and then sees the wheel the first wrote, so the wheel is built once."""
+    wheels, gate = tmp_path / "cache" / "horovod-0.28.1-torch-2.13.0-cpu-py311", tmp_path / "gate"
+    first = subprocess.Popen([sys.executable, "-c", LOCK_HOLDER, str(wheels), str(gate)], stdout=subprocess.PIPE,
+                             text=True)
+    try:
+        assert first.stdout is not None and first.stdout.readline().strip() == "entered"
+        second = subprocess.Popen([sys.executable, "-c", LOCK_TAKER, str(wheels)], stdout=subprocess.PIPE, text=True)
+        try:
+            assert second.stdout is not None
+            waiting = second.stdout.readline()
+            assert "Another installer is building this wheel" in waiting and str(wheels) in waiting, waiting
+            assert second.poll() is None  # still waiting while the first holds the lock
+            gate.touch()
+            assert first.stdout.readline().strip() == "released"
+            assert second.stdout.readline().strip() == "entered; wheels: 1"  # only now, with the first's wheel there
+            assert second.wait(timeout=30) == 0
+        finally:
+            second.kill()
+    finally:
+        first.kill()
+    assert first.wait(timeout=30) == 0
+    assert [w.read_bytes() for w in wheels.glob("*.whl")] == [b"built by the first"]
+
+
 def test_the_installer_refuses_a_missing_framework_naming_the_command() -> None:
     # orca-core's test environment has no TensorFlow
     out = subprocess.run([sys.executable, "-m", "orca.core.horovod_install", "tensorflow"], capture_output=True,

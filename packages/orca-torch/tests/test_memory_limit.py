@@ -9,11 +9,16 @@ it. A torch worker needs about 1.1 GB of address space before any data (libtorch
 allocator arenas), so the limit here is 1.3 GB and the share three times that, 3.9 GB, one worker
 per backend (the lock-step split between workers of a streamed share has its own tests; about a
 minute per backend); benchmarks/memory_limit.py runs 2 workers with such shares.
+
+CI runs it on ``spark`` (torch's gloo all-reduce): ``bigdl`` streams its share through the same Spark
+launcher, and orca-tf's test runs that launcher under the limit on ``bigdl``; ``ORCA_FULL_MATRIX=1``
+runs both backends here (issue #35: CI time).
 """
 
 import memory_limit_job as job
 import pytest
 
+from orca.core.testing.matrix import full_matrix
 from orca.core.testing.memory_limit import check_job
 
 LIMIT_MB = 1300
@@ -21,4 +26,4 @@ LIMIT_MB = 1300
 
 @pytest.mark.timeout(540)
 def test_a_share_over_sparks_python_memory_limit_streams_and_trains_the_one_process_model(tmp_path):
-    check_job(job, tmp_path / "fit.json", LIMIT_MB, ["spark", "bigdl"], timeout_s=480)
+    check_job(job, tmp_path / "fit.json", LIMIT_MB, ["spark", "bigdl"] if full_matrix() else ["spark"], timeout_s=480)

@@ -40,12 +40,14 @@ keyed by the framework(s), their versions, the build (cpu or cuda) and the Pytho
 wheel cache knows the sdist only, and would hand a torch build of Horovod to a TensorFlow
 environment. The first build takes about 2-4 minutes on 2 cores; later installs take seconds.
 A failed build keeps its log in the cache folder and ends with an error naming the cause and
-the fix. Horovod uses its gloo controller on the CPU (no MPI is needed or built).
+the fix. Two installers of the same wheel at once build it once: the second waits for the first
+(:func:`build_lock`) and installs its wheel. Horovod uses its gloo controller on the CPU (no MPI is needed or built).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib.metadata
 import os
 import re
@@ -53,7 +55,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 HOROVOD = "horovod==0.28.1"
@@ -334,6 +336,27 @@ def _build(frameworks: tuple[str, ...], built_for: str, variant: str, wheels: Pa
     log.unlink(missing_ok=True)
 
 
+@contextlib.contextmanager
+def build_lock(wheels: Path) -> Iterator[None]:
+    """Hold the lock of the cache entry ``wheels`` (a file beside it, ``<entry>.lock``): one build of
+    a wheel at a time. A second installer of the same wheel (another environment, or ``nox -t test``'s
+    background build) waits for the first and then finds its wheel; the lock goes with the process
+    that holds it, so a killed build leaves none behind."""
+    import fcntl
+
+    wheels.parent.mkdir(parents=True, exist_ok=True)
+    with open(wheels.parent / f"{wheels.name}.lock", "a+") as handle:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            print(f"Another installer is building this wheel ({wheels}); waiting for it to finish...", flush=True)
+            fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
 def install(framework: str | Sequence[str], gpu: str | None = None) -> Path:
     """Build (or take from the cache) Horovod for ``framework`` and install it here.
 
@@ -359,12 +382,13 @@ def install(framework: str | Sequence[str], gpu: str | None = None) -> Path:
     variant = choose_variant(names, gpu or os.environ.get("ORCA_HOROVOD_GPU") or "auto")
     wheels = cache_dir(names, versions, variant)
     built_for = " and ".join(f"{name} {version}" for name, version in zip(names, versions, strict=True))
-    found = sorted(wheels.glob("horovod-*.whl"))
-    if found:
-        print(f"Horovod for {built_for} ({variant}): the wheel built before, {found[-1]}", flush=True)
-    else:
-        _build(names, built_for, variant, wheels)
+    with build_lock(wheels):  # another installer building the same wheel: wait for it, then take its wheel
         found = sorted(wheels.glob("horovod-*.whl"))
+        if found:
+            print(f"Horovod for {built_for} ({variant}): the wheel built before, {found[-1]}", flush=True)
+        else:
+            _build(names, built_for, variant, wheels)
+            found = sorted(wheels.glob("horovod-*.whl"))
     _pip("install", str(found[-1]), *RUNTIME_DEPS)
     return found[-1]
 
