@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import argparse
 import ast
+import contextlib
 import datetime
 import importlib
 import json
@@ -40,6 +41,7 @@ import subprocess
 import sys
 import tempfile
 import xml.etree.ElementTree as ET
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -58,8 +60,8 @@ SUITES: dict[str, tuple[str, tuple[str, ...]]] = {
     "openvino": ("openvino", ("bigdl/test_estimator_openvino.py",)),
     "pytorch": ("torch", ("ray/pytorch/test_estimator_ray_backend.py", "spark/test_pytorch_estimator.py",
                           "test_pytorch_basic.py")),
-    # the ray/ctx tests attach to a Ray cluster started beforehand (``ray start --head --port 6379``):
-    # without one, each waits for it until its timeout
+    # the ray/ctx tests attach to a Ray cluster started beforehand (``ray start --head --port 6379``
+    # in the reference's CI): run_suite starts one (ray_head_for)
     "pytorch_ray_ctx": ("torch", ("ray/ctx/test_pytorch_ray_runtime.py", "ray/ctx/test_pytorch_ray_dataset.py")),
     # the PyTorch Estimator's "bigdl" backend (torch run in BigDL's JVM through jep)
     "pytorch_bigdl": ("torch", ("jep/test_pytorch_estimator_for_spark.py", "jep/test_pytorch_estimator_for_dataframe.py",
@@ -408,6 +410,26 @@ def parse_junit(path: Path) -> list[dict[str, str]]:
     return tests
 
 
+#: the Ray address the reference's ray/ctx tests attach to (``init_orca_context(runtime="ray", address=...)``)
+RAY_CTX_PORT = 6379
+
+
+@contextlib.contextmanager
+def ray_head_for(suite: str) -> Iterator[dict[str, str]]:
+    """For a ``*_ray_ctx`` suite, a real two-node Ray cluster on 127.0.0.1 whose head listens on
+    :data:`RAY_CTX_PORT` (as the reference's CI started one with ``ray start --head``), for the
+    length of the run; yields the environment a driver attaching to it needs (its auth token).
+    Other suites get no cluster and no variables."""
+    if not suite.endswith("_ray_ctx"):
+        yield {}
+        return
+    from orca.core.testing.clusters import ray_cluster
+
+    with ray_cluster(num_cpus_head=2, num_cpus_worker=2, object_store_mb=512, port=RAY_CTX_PORT) as cluster:
+        print(f"Ray cluster for {suite}: head at {cluster.address}", flush=True)
+        yield dict(cluster.env)
+
+
 def run_suite(reference: Reference, suite: str, pytest_args: list[str], keep: bool) -> dict:
     """Materialise, rewrite and run one suite; return its report (counts, tests, rewrites)."""
     _, files = SUITES[suite]
@@ -422,7 +444,8 @@ def run_suite(reference: Reference, suite: str, pytest_args: list[str], keep: bo
     print("+", " ".join(command), f"(in {root})", flush=True)
     # Spark's and Ray's worker processes import the stand-ins of missing names from the copy too
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (str(root), os.environ.get("PYTHONPATH")) if p)}
-    proc = subprocess.run(command, cwd=root, env=env, check=False)
+    with ray_head_for(suite) as ray_env:
+        proc = subprocess.run(command, cwd=root, env={**env, **ray_env}, check=False)
     tests = parse_junit(junit) if junit.is_file() else []
     # a file that did not collect: its test functions count as not collected, with its error
     uncollected = {t["file"]: count_tests((root / t["file"]).read_text()) for t in tests

@@ -434,6 +434,7 @@ def ray_cluster(
     *,
     object_store_mb: int = 128,
     timeout_s: float = 120.0,
+    port: int | None = None,
 ) -> Iterator[RayCluster]:
     """Start a Ray head and a second Ray node on 127.0.0.1; kill both on exit.
 
@@ -447,6 +448,8 @@ def ray_cluster(
         num_cpus_worker: CPUs the second node offers.
         object_store_mb: object store size of each node in MiB (Ray's minimum is 75).
         timeout_s: how long to wait for both nodes to be alive.
+        port: the head's GCS port (default: a free one); code that attaches to a fixed address
+            (the reference's tests: ``address="localhost:6379"``) needs its port.
 
     Yields:
         The running :class:`RayCluster`.
@@ -462,7 +465,8 @@ def ray_cluster(
     join_cmd = [sys.executable, "-c", RAY_START]
     # Every port is drawn in one call so that no two coincide: CI saw Ray refuse a head whose
     # dashboard agent had been handed the GCS port by a second, separate draw.
-    (port, dashboard_port, client_port, *node_ports) = find_free_ports(7, HOST)
+    (free_port, dashboard_port, client_port, *node_ports) = find_free_ports(7, HOST)
+    port = free_port if port is None else port
     address = f"{HOST}:{port}"
     cluster = RayCluster(
         address=address, temp_dir=temp_dir, num_cpus=(num_cpus_head, num_cpus_worker), env=env
