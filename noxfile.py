@@ -479,6 +479,7 @@ def _wait_for_horovod_prebuild(session: nox.Session) -> None:
         tail = [line.removeprefix("nox > ") for line in log.read_text(errors="replace").splitlines()[-15:]]
         verdict = "done" if proc.returncode == 0 else f"FAILED (exit code {proc.returncode}): building here"
         session.log(f"background Horovod build {verdict}; its last lines:\n" + "\n".join(tail))
+        shutil.rmtree(log.parent, ignore_errors=True)  # its log folder (the tail above is in this log)
 
 
 @test_session
