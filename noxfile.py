@@ -374,10 +374,11 @@ def openvino(session: nox.Session, pins: dict[str, str]) -> None:
 TF_HOROVOD = ("tensorflow-cpu==2.15.1", "pyarrow<26")
 
 
-def _horovod_build_env(session: nox.Session) -> None:
-    """What the Horovod build needs: torch, TensorFlow 2.15 and orca-core (the installer), and pip."""
+def _horovod_build_env(session: nox.Session, *extra: str) -> None:
+    """What the Horovod build needs: torch, TensorFlow 2.15 and orca-core (the installer), and pip;
+    with ``extra`` (the horovod session's test packages) in the same resolution."""
     _install(session, TORCH)  # alone and pinned first: no other resolution may pull a CUDA build
-    _install(session, TORCH, *TF_HOROVOD, *CORE, "pip")
+    _install(session, TORCH, *TF_HOROVOD, *CORE, *extra, "pip")
 
 
 @nox.session(python=PYTHON, venv_backend=TEST_VENV_BACKEND)
@@ -471,6 +472,7 @@ def _wait_for_horovod_prebuild(session: nox.Session) -> None:
                 size, heard = now_size, time.monotonic()
             elif time.monotonic() - heard > PREBUILD_SILENCE_S:
                 _stop_prebuild()
+                proc.wait()  # reaped: its exit code is said below
                 session.warn(f"the background Horovod build wrote nothing for {PREBUILD_SILENCE_S:.0f} s: killed it; "
                              "building here")
                 break
@@ -490,9 +492,7 @@ def horovod(session: nox.Session) -> None:
     4 minutes on 2 cores, every CI run, as ``.ci/run`` gives each run an empty cache). Then every test of
     orca-torch parametrized with that backend (``-m horovod``) and orca-tf's Horovod tests
     (test_horovod.py: the conformance suite and the backend's own)."""
-    _install(session, TORCH)  # alone and pinned first: no other resolution may pull a CUDA build
-    _install(session, TORCH, *TF_HOROVOD, *CORE, "-e", "packages/orca-torch[test]", "-e", "packages/orca-tf",
-             *MLFLOW, "pip")
+    _horovod_build_env(session, "-e", "packages/orca-torch[test]", "-e", "packages/orca-tf", *MLFLOW)
     _wait_for_horovod_prebuild(session)  # nox -t test started the build with its first session
     session.run("python", "-m", "orca.core.horovod_install", "torch", "tensorflow")
     _runtime_env(session)
