@@ -217,10 +217,60 @@ def _pip_sources_for_uv() -> tuple[str, ...]:
     return (*options, "--index-strategy", "unsafe-best-match") if options else ()
 
 
+#: packages PyPI ships as a source distribution only, pinned (``name==version``) in a session's install:
+#: built into a wheel once per cache (:func:`_wheelhouse`), then found there by every install
+SDIST_ONLY = ("pyspark",)
+
+
+def _wheelhouse() -> Path:
+    """The folder of wheels built from :data:`SDIST_ONLY` sdists (under ``$XDG_CACHE_HOME``, which
+    ``.ci/run`` empties for each run, as the other caches)."""
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "orca" / "wheelhouse"
+
+
+def _prebuilt_wheels(session: nox.Session, args: tuple[str, ...]) -> list[str]:
+    """``--find-links`` to the wheelhouse, where a wheel of every :data:`SDIST_ONLY` pin in ``args`` is
+    built first if it is not there yet.
+
+    uv revalidates a registry's sdist at each install and, when the server answers without a cache
+    validator (as the package index here does), makes a new revision of it and builds it again:
+    pyspark's 400 MB sdist, about 20 s and 2.4 GB of cache each time, in every install of every
+    session (measured 2026-12-08: a run's caches grew to 23 GB, more than a fresh machine's free
+    disk). Built once here (pip, under a lock: the background Horovod build installs at the same
+    time), every install takes the wheel. Without pip in nox's interpreter, installs build as before.
+    """
+    import importlib.util
+
+    house = _wheelhouse()
+    pins = [m for m in (re.fullmatch(r"([A-Za-z0-9_.-]+)(\[[^\]]*\])?==([A-Za-z0-9_.+-]+)", a) for a in args) if m]
+    wanted = [(m.group(1).lower(), m.group(3)) for m in pins if m.group(1).lower() in SDIST_ONLY]
+    if not any(name == "pyspark" for name, _ in wanted) and any("pyspark" in a or "orca-core" in a for a in args):
+        # pyspark unpinned here (orca-core's extras): the version the resolver takes, the newest
+        wanted.append(("pyspark", MATRIX["core"][0][1]["pyspark"].lstrip("=")))
+    if wanted and importlib.util.find_spec("pip") is not None:
+        import fcntl
+        import tempfile
+
+        house.mkdir(parents=True, exist_ok=True)
+        with open(house / ".lock", "a+") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            for name, version in wanted:
+                if any(house.glob(f"{name}-{version}-*.whl")):
+                    continue
+                session.log(f"building {name}=={version}'s wheel once from its sdist into {house}")
+                with tempfile.TemporaryDirectory(dir=house) as tmp:
+                    session.run_install(sys.executable, "-m", "pip", "wheel", "--quiet", "--no-cache-dir", "--no-deps",
+                                        "--wheel-dir", tmp, f"{name}=={version}", external=True)
+                    for wheel in Path(tmp).glob("*.whl"):
+                        os.replace(wheel, house / wheel.name)  # (atomic: never a half-written wheel there)
+    return ["--find-links", str(house)] if house.is_dir() else []
+
+
 def _install(session: nox.Session, *args: str) -> None:
-    """``session.install`` in a test environment: uv with pip's sources, or pip without byte-compiling."""
+    """``session.install`` in a test environment: uv with pip's sources (and the wheels of sdist-only
+    pins, :func:`_prebuilt_wheels`), or pip without byte-compiling."""
     if session.venv_backend == "uv":
-        session.install(*_pip_sources_for_uv(), *args)
+        session.install(*_pip_sources_for_uv(), *_prebuilt_wheels(session, args), *args)
     else:
         session.install(NO_COMPILE, *args)
 
@@ -299,7 +349,7 @@ def _env_bigdl(session: nox.Session, pins: dict[str, str]) -> None:
     # (gone in numpy 2). Its wheel pins pyspark==3.1.3, which fails on Python 3.11 and
     # Java 17: install it without its dependencies on top of a Spark 3.5 stack (orca-bigdl
     # pins pyarrow<26, which numpy<2 needs).
-    _install_framework(session, "orca-bigdl", "pyspark>=3.5,<3.6", "numpy<2", "six", "cloudpickle", *MLFLOW)
+    _install_framework(session, "orca-bigdl", "pyspark==3.5.9", "numpy<2", "six", "cloudpickle", *MLFLOW)
     _install(session, "--no-deps", *_pins(pins))
 
 
