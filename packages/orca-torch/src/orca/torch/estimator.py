@@ -188,6 +188,10 @@ class Estimator(BaseEstimator):
                    model_dir=model_dir, sync_stats=sync_stats, use_tqdm=use_tqdm)
 
     # ------------------------------------------------------------ adapters
+    #: a Ray Dataset's feature columns of numbers reach the model as one ``(n, k)`` tensor, as the
+    #: reference's (Ray's ``to_torch``) gave them
+    stacks_ray_dataset_columns = True
+
     def extra_adapters(self) -> Sequence[Any]:
         """Accept a ``torch.utils.data.DataLoader`` instance: its dataset, batch size (as the global
         batch size), collate function and shuffle setting go to the workers."""

@@ -543,9 +543,20 @@ class TensorFunctionMetric(Metric):
 
 def torch_metrics(spec: Any) -> Any:
     """``spec`` with every plain function (not a :class:`Metric`, its class or a name) wrapped in a
-    :class:`TensorFunctionMetric`, in the same list, dict or single-item form."""
+    :class:`TensorFunctionMetric`, and every reference-style metric (an object with
+    ``get_pytorch_metric()``, e.g. a subclass of the reference's ``Metric``) replaced by the metric it
+    returns, named by its ``get_name()``; in the same list, dict or single-item form."""
 
     def wrap(item: Any) -> Any:
+        if callable(getattr(item, "get_pytorch_metric", None)) and not isinstance(item, type):
+            # the reference's own Metric subclass: its PyTorch metric, under its get_name()
+            metric = item.get_pytorch_metric()
+            getter = getattr(item, "get_name", None)
+            name = getter() if callable(getter) else None
+            if name:
+                metric.name = str(name)
+                metric.reference_key = True  # evaluate's result also has it under this name, as the reference's
+            return metric
         if isinstance(item, (str, Metric)) or (isinstance(item, type) and issubclass(item, Metric)):
             return item
         return TensorFunctionMetric(item) if callable(item) else item
@@ -566,7 +577,9 @@ def reference_keys(spec: Any) -> dict[str, str]:
     for metric in make_metrics(spec):
         ref = _reference_name(metric)
         default = getattr(type(metric), "name", None)
-        if ref is not None and metric.name == default:
+        if getattr(metric, "reference_key", False):
+            out[metric.name] = metric.name
+        elif ref is not None and metric.name == default:
             out[metric.name] = ref
         elif isinstance(metric, TensorFunctionMetric):
             out[metric.name] = metric.name

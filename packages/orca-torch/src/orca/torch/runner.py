@@ -42,10 +42,35 @@ from torch import nn
 def _target(a: Any, float_dtype: torch.dtype) -> Any:
     """A label array as the loss gets it: a tensor, or ``{key: tensor}`` for the structured array of a
     ``map<string, ...>`` label column (:func:`orca.core.engine.convert.records`)."""
+    if isinstance(a, (list, tuple)):  # a data creator's target of several tensors
+        return type(a)(_target(v, float_dtype) for v in a)
+    if isinstance(a, dict):
+        return {k: _target(v, float_dtype) for k, v in a.items()}
     names = getattr(getattr(a, "dtype", None), "names", None)
     if names is None:
         return _tensor(a, float_dtype)
     return {k: _target(a[k], float_dtype) for k in names}
+
+
+def _tensors(value: Any, float_dtype: torch.dtype) -> Any:
+    """A model input as the model gets it: arrays and tensors as tensors (floats in the model's float
+    type), inside lists, tuples and dicts as deep as a data creator's Dataset nests them (the
+    reference's ``([x1, x2], {"x3": x3}, x4)`` inputs); anything else as it is."""
+    if isinstance(value, (torch.Tensor, np.ndarray)):
+        return _tensor(value, float_dtype)
+    if isinstance(value, (list, tuple)):
+        return type(value)(_tensors(v, float_dtype) for v in value)
+    if isinstance(value, dict):
+        return {k: _tensors(v, float_dtype) for k, v in value.items()}
+    return value
+
+
+def _rows(value: Any) -> int:
+    """Rows of a (nested) batch: the first dimension of its first tensor or array (0 if it has none)."""
+    if isinstance(value, (torch.Tensor, np.ndarray)):
+        return int(value.shape[0]) if value.ndim else 1
+    items = value.values() if isinstance(value, dict) else value if isinstance(value, (list, tuple)) else ()
+    return next((n for n in (_rows(v) for v in items) if n), 0)
 
 
 def _tensor(a: Any, float_dtype: torch.dtype) -> torch.Tensor:
@@ -174,6 +199,13 @@ def _prediction_arrays(out: Any, rows: int, where: str) -> list[np.ndarray]:
     return arrays
 
 
+def _own_call(metric: Any) -> bool:
+    """True for a metric whose ``__call__`` is defined outside Orca (a user's subclass of an
+    ``orca.torch.metrics`` class, called with the model's output and target as they came)."""
+    owner = next((c for c in type(metric).__mro__ if "__call__" in c.__dict__), None)
+    return owner is not None and owner is not object and not owner.__module__.startswith("orca.")
+
+
 def _outputs(out: Any) -> list[torch.Tensor]:
     if isinstance(out, torch.Tensor):
         return [out]
@@ -244,7 +276,19 @@ class TorchRunner(Runner):
     def _loss(self, out: Any, y: list[torch.Tensor]) -> torch.Tensor:
         if self.loss_fn is None:
             raise ValueError("no loss was given to from_torch(loss=...); it is needed to train and evaluate.")
-        target: Any = y[0] if len(y) == 1 else y
+        # the reference's call: loss(*outputs, *targets); a data creator's target of several tensors and
+        # several label columns are several targets, a model's tuple or list output several outputs
+        targets = list(y[0]) if len(y) == 1 and isinstance(y[0], (list, tuple)) else list(y)
+        outs = list(out) if isinstance(out, (list, tuple)) else [out]
+        if len(outs) != 1 or len(targets) != 1:
+            try:
+                return self.loss_fn(*outs, *targets)
+            except TypeError as exc:
+                raise TypeError(f"the loss {type(self.loss_fn).__name__} is called as the reference called it, "
+                                f"loss(*outputs, *targets): here with {len(outs)} output(s) "
+                                f"({_describe(out)}) and {len(targets)} target(s) ({_describe(targets)}), and it "
+                                f"failed: {exc}. Give a loss taking those arguments.") from None
+        out, target = outs[0], targets[0]
         first = out if isinstance(out, torch.Tensor) else None
         if (first is not None and isinstance(target, torch.Tensor) and target.is_floating_point()
                 and first.dim() == target.dim() + 1 and first.shape[-1] == 1):
@@ -268,11 +312,11 @@ class TorchRunner(Runner):
             raise
 
     def _forward(self, x: list[Any]) -> Any:
-        inputs = [_tensor(a, self.float_dtype) for a in x]
+        inputs = [_tensors(a, self.float_dtype) for a in x]
         try:
             return self.model(*inputs)
         except RuntimeError as exc:
-            shapes = [tuple(t.shape) for t in inputs]
+            shapes = [tuple(t.shape) if isinstance(t, torch.Tensor) else _describe(t) for t in inputs]
             raise ValueError(f"the model's forward failed on input shape(s) {shapes}: {exc}") from None
 
     def _grad_buffer(self) -> torch.Tensor:
@@ -344,7 +388,7 @@ class TorchRunner(Runner):
     def _hook_view(self, batch: Batch) -> Any:
         """The main callback's runner view holding ``batch`` as the reference's ``runner.batch``."""
         view = self.main_callback._runner_view()
-        view.batch = [*(_tensor(a, self.float_dtype) for a in batch.x), *(_target(a, self.float_dtype) for a in batch.y)]
+        view.batch = [*(_tensors(a, self.float_dtype) for a in batch.x), *(_target(a, self.float_dtype) for a in batch.y)]
         view.output = view.loss = view.target = None
         return view
 
@@ -389,8 +433,34 @@ class TorchRunner(Runner):
                 out = self._forward(batch.x)
                 loss = self._loss(out, [_target(a, self.float_dtype) for a in batch.y]) if self.loss_fn else None
         self.model.train()
+        self._evaluated = (batch, out)  # for update_metrics: the output as the model gave it
         outs = [o.detach().cpu().numpy() for o in _outputs(out)]
         return (float(loss) if loss is not None else float("nan")), outs
+
+    def update_metrics(self, metrics: Any, outputs: list[np.ndarray], batch: Batch) -> None:
+        """Fold one evaluated batch into ``metrics``. A metric whose call is the user's own (a subclass of
+        an :mod:`orca.torch.metrics` class overriding ``__call__``, as the reference's custom
+        ``get_pytorch_metric()`` metrics do) is called as the reference called it,
+        ``metric(output, target)``, with the model's output and the batch's target as they came
+        (tensors, or tuples and lists of them: a model of several outputs, a data creator's
+        ``(x, [y1, y2])``); every other metric is updated with the first output and the first
+        target, as numpy arrays (a dict target, of a ``map`` label column, as a dict of them).
+        """
+        evaluated, self._evaluated = getattr(self, "_evaluated", None), None
+        y = batch.y
+        if not y or y[0] is None:
+            return
+        targets = list(y[0]) if len(y) == 1 and isinstance(y[0], (list, tuple)) else list(y)
+        own = [m for m in metrics if _own_call(m)]
+        if own and evaluated is not None and evaluated[0] is batch:
+            converted = [_target(t, self.float_dtype) for t in targets]
+            target = converted[0] if len(converted) == 1 and not isinstance(y[0], (list, tuple)) else converted
+            for m in own:
+                m(evaluated[1], target)
+        pred, first = np.asarray(outputs[0]), _as_numpy(targets[0])
+        for m in metrics:
+            if not _own_call(m):
+                m.update(pred, first if isinstance(first, dict) else np.asarray(first))
 
     def predict_batch(self, batch: Batch) -> list[np.ndarray]:
         """The batch's outputs (see :func:`_prediction_arrays`), from the model's forward or, while a
@@ -446,9 +516,11 @@ class TorchRunner(Runner):
                 return
             if isinstance(item, dict):
                 raise TypeError("a DataLoader of dicts is not supported yet; yield (inputs..., target) tuples.")
+            # the reference's `*features, target = batch`: every element but the last is an input (a
+            # tensor, or a list/tuple/dict of them), the last the target (a tensor or several)
             items = list(item) if isinstance(item, (list, tuple)) else [item]
             x, y = (items[:-1], items[-1:]) if len(items) > 1 else (items, [])
-            yield Batch(x=x, y=y, size=len(items[0]))
+            yield Batch(x=x, y=y, size=_rows(items[0]))
 
     def optimizer_params(self) -> dict[str, Any]:
         """The optimizer's class and its first param group's hyper-parameters (``lr``, ``momentum``,

@@ -149,6 +149,7 @@ def get_data_source(
     allow_creator: bool = True,
     allow_strings: bool = False,
     extra_adapters: Sequence[Callable[[Any], DataSource | None]] = (),
+    stack_ray_dataset: bool = False,
 ) -> DataSource:
     """Validate ``data`` and wrap it in a :class:`DataSource`.
 
@@ -161,6 +162,8 @@ def get_data_source(
         allow_creator: accept a data-creator function.
         allow_strings: accept string feature columns (frameworks with text layers).
         extra_adapters: framework hooks tried first, e.g. for a native loader instance.
+        stack_ray_dataset: a Ray Dataset's feature columns of numbers as one ``(n, k)`` input
+            (see :class:`~orca.core.engine.sources.RayDatasetSource`).
 
     Raises:
         TypeError: an unsupported type of data or of column arguments.
@@ -190,7 +193,7 @@ def get_data_source(
         missing = [c for c in fcols + (lcols or []) if c not in names]
         if missing:
             raise ValueError(f"{arg}: columns {missing} not found; the Ray Dataset has columns {names}.")
-        return RayDatasetSource(data, fcols, lcols or [])
+        return RayDatasetSource(data, fcols, lcols or [], stack_columns=stack_ray_dataset)
     if is_xshards(data):
         # read_parquet's / read_csv's XShards: checked against what the driver read of the files (Parquet
         # footers, CSV headers and first rows), read by the workers themselves

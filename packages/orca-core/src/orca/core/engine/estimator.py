@@ -164,11 +164,16 @@ class BaseEstimator:
         """Framework hooks for native loader objects (see ``get_data_source``)."""
         return ()
 
+    #: a Ray Dataset's feature columns of numbers reach the model as one ``(n, k)`` input (as Ray's
+    #: ``to_torch`` gave them) instead of one ``(n,)`` array per column
+    stacks_ray_dataset_columns: bool = False
+
     def _source(self, data: Any, feature_cols: Any, label_cols: Any, need_labels: bool, arg: str) -> DataSource:
         from orca.core.engine.adapters import get_data_source
 
         return get_data_source(data, feature_cols=feature_cols, label_cols=label_cols, need_labels=need_labels,
-                               arg=arg, extra_adapters=self.extra_adapters())
+                               arg=arg, extra_adapters=self.extra_adapters(),
+                               stack_ray_dataset=self.stacks_ray_dataset_columns)
 
     def _check_batch_size(self, batch_size: int) -> None:
         check_positive_int("batch_size", batch_size)

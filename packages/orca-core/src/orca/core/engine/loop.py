@@ -92,12 +92,7 @@ def evaluate_feed(
         loss.update_value(value, batch.size)
         beat("evaluating")
         if metrics and outputs:
-            target = batch.y[0] if batch.y else None
-            if target is None:
-                continue
-            target = np.asarray(target)
-            for m in metrics:
-                m.update(np.asarray(outputs[0]), target)
+            runner.update_metrics(metrics, outputs, batch)
     states = {m.name: m.state for m in metrics}
     states["__loss__"] = loss.state
     states["__framework__"] = runner.metric_states()

@@ -20,6 +20,7 @@ import numpy as np
 
 from orca.core._net import check_reachable
 from orca.core.engine.feed import Batch
+from orca.core.engine.metrics import Metric
 from orca.core.sync.collective import Collective
 
 
@@ -243,6 +244,21 @@ class Runner(abc.ABC):
     @abc.abstractmethod
     def eval_batch(self, batch: Batch) -> tuple[float, list[np.ndarray]]:
         """Return the batch's mean loss and the model's outputs as numpy arrays."""
+
+    def update_metrics(self, metrics: Sequence[Metric], outputs: list[np.ndarray], batch: Batch) -> None:
+        """Fold one evaluated batch into ``metrics``: by default each metric's ``update`` with the first
+        output and the first target (a batch without targets adds nothing).
+
+        Args:
+            metrics: the evaluation's metrics (this worker's accumulators).
+            outputs: what :meth:`eval_batch` returned for ``batch``.
+            batch: the batch just evaluated.
+        """
+        if not batch.y or batch.y[0] is None:
+            return
+        pred, target = np.asarray(outputs[0]), np.asarray(batch.y[0])
+        for m in metrics:
+            m.update(pred, target)
 
     @abc.abstractmethod
     def predict_batch(self, batch: Batch) -> list[np.ndarray]:

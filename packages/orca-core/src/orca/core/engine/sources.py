@@ -395,9 +395,19 @@ class CreatorSource(DataSource):
 
 
 class RayDatasetSource(DataSource):
-    """A Ray Dataset with ``feature_cols`` / ``label_cols``."""
+    """A Ray Dataset with ``feature_cols`` / ``label_cols``.
+
+    With ``stack_columns`` (a framework whose reference read Ray Datasets through Ray's
+    ``to_torch``), the feature columns reach the model as one ``(n, k)`` input when every one is a
+    number a row (``k`` columns side by side); see :func:`stacked_columns`.
+    """
 
     what = "a Ray Dataset"
+
+    def __init__(self, obj: Any, feature_cols: Sequence[str] | None = None, label_cols: Sequence[str] | None = None,
+                 stack_columns: bool = False) -> None:
+        super().__init__(obj, feature_cols, label_cols)
+        self.stack_columns = stack_columns
 
     @property
     def pending(self) -> bool:
@@ -414,8 +424,23 @@ class RayDatasetSource(DataSource):
         import pyarrow as pa
 
         fcols, lcols = self.columns(need_labels)
-        return _convert_on_ray(self.obj.to_arrow_refs(),
-                               lambda tables: table_to_part(pa.concat_tables(tables), fcols, lcols))
+        stack = self.stack_columns
+
+        def convert(tables: list[Any]) -> Part:
+            part = table_to_part(pa.concat_tables(tables), fcols, lcols)
+            return stacked_columns(part) if stack else part
+
+        return _convert_on_ray(self.obj.to_arrow_refs(), convert)
+
+
+def stacked_columns(part: Part) -> Part:
+    """``part`` with its features as Ray's ``to_torch`` gave a Ray Dataset's columns: when each is a
+    number a row, one ``(n, k)`` array of the ``k`` columns side by side; otherwise as they are.
+    Labels stay as they are (a ``(n,)`` class index column as the loss takes it)."""
+    x = part["x"]
+    if len(x) > 0 and all(a.ndim == 1 for a in x):
+        x = [np.stack(x, axis=1) if len(x) > 1 else x[0].reshape(-1, 1)]
+    return {**part, "x": x}
 
 
 def _convert_on_ray(refs: Sequence[Any], convert: Callable[[list[Any]], Part]) -> list[tuple[Any, int]]:

@@ -412,11 +412,11 @@ class SparkWorkerGroup(WorkerGroup):
         # cloudpickle does not copy by value what was registered with cloudpickle.register_pickle_by_value
         blob = cloudpickle.dumps(metrics)
         if source.is_creator:  # one task reads the whole loader
-            creator = source.obj
+            creator_blob = cloudpickle.dumps(source.obj)  # (the data creator too, as fit's job carries it)
 
             def evaluate_creator(runner: Runner) -> Any:
-                return evaluate_on_worker(runner, runner.native_batches(creator, batch_size, False),
-                                          cloudpickle.loads(blob))
+                return evaluate_on_worker(runner, runner.native_batches(cloudpickle.loads(creator_blob), batch_size,
+                                                                        False), cloudpickle.loads(blob))
 
             return self._run_parts(state, None, evaluate_creator, "evaluate", need_labels=True)
         local_bs = max(1, batch_size // self.num_workers)
