@@ -52,6 +52,12 @@ def _target(a: Any, float_dtype: torch.dtype) -> Any:
     return {k: _target(a[k], float_dtype) for k in names}
 
 
+def _target_list(y: list[Any]) -> list[Any]:
+    """A batch's targets as the reference's loss and metrics take them: a data creator's target of
+    several tensors (``(x, [y1, y2])``) and several label columns are several targets."""
+    return list(y[0]) if len(y) == 1 and isinstance(y[0], (list, tuple)) else list(y)
+
+
 def _tensors(value: Any, float_dtype: torch.dtype) -> Any:
     """A model input as the model gets it: arrays and tensors as tensors (floats in the model's float
     type), inside lists, tuples and dicts as deep as a data creator's Dataset nests them (the
@@ -276,9 +282,8 @@ class TorchRunner(Runner):
     def _loss(self, out: Any, y: list[torch.Tensor]) -> torch.Tensor:
         if self.loss_fn is None:
             raise ValueError("no loss was given to from_torch(loss=...); it is needed to train and evaluate.")
-        # the reference's call: loss(*outputs, *targets); a data creator's target of several tensors and
-        # several label columns are several targets, a model's tuple or list output several outputs
-        targets = list(y[0]) if len(y) == 1 and isinstance(y[0], (list, tuple)) else list(y)
+        # the reference's call: loss(*outputs, *targets); a model's tuple or list output is several outputs
+        targets = _target_list(y)
         outs = list(out) if isinstance(out, (list, tuple)) else [out]
         if len(outs) != 1 or len(targets) != 1:
             try:
@@ -450,16 +455,17 @@ class TorchRunner(Runner):
         y = batch.y
         if not y or y[0] is None:
             return
-        targets = list(y[0]) if len(y) == 1 and isinstance(y[0], (list, tuple)) else list(y)
-        own = [m for m in metrics if _own_call(m)]
-        if own and evaluated is not None and evaluated[0] is batch:
+        targets = _target_list(y)
+        own = [_own_call(m) for m in metrics]
+        if any(own) and evaluated is not None and evaluated[0] is batch:
             converted = [_target(t, self.float_dtype) for t in targets]
             target = converted[0] if len(converted) == 1 and not isinstance(y[0], (list, tuple)) else converted
-            for m in own:
-                m(evaluated[1], target)
+            for m, is_own in zip(metrics, own, strict=True):
+                if is_own:
+                    m(evaluated[1], target)
         pred, first = np.asarray(outputs[0]), _as_numpy(targets[0])
-        for m in metrics:
-            if not _own_call(m):
+        for m, is_own in zip(metrics, own, strict=True):
+            if not is_own:
                 m.update(pred, first if isinstance(first, dict) else np.asarray(first))
 
     def predict_batch(self, batch: Batch) -> list[np.ndarray]:
